@@ -1,0 +1,50 @@
+"""Schema of `env.train` / `env.eval` (one env config from env_configs/, plus overrides).
+
+Key names follow RLinf's embodied layout. Simulator-specific `init_params` are validated
+against the backend's own dataclass (`SimulatorBackend.params_cls`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class VideoConfig:
+    save_video: bool = field(default=False, metadata={"help": "Record mp4 videos of the rollouts (sub-envs tiled in a grid)."})
+    info_on_video: bool = field(default=True, metadata={"help": "Overlay step, reward, success and instruction on each tile."})
+    video_base_dir: str = field(default="${runner.logger.log_path}/video/train", metadata={"help": "Directory the videos and their JSON sidecars are written to."})
+    fps: int = field(default=20, metadata={"help": "Frame rate of the written videos."})
+
+
+@dataclass
+class GripperConfig:
+    index: int = field(default=-1, metadata={"help": "Index of the gripper dimension in the action vector."})
+    convention: str = field(default="none", metadata={"help": "How the policy's gripper value maps to the controller: none | binarize | flip_binarize (OFT->LIBERO: -sign(2a-1))."})
+    threshold: float = field(default=0.5, metadata={"help": "Threshold for `binarize`: 2*(a>threshold)-1."})
+
+
+@dataclass
+class ActionAdapterConfig:
+    scale: list[float] = field(default_factory=lambda: [1.0], metadata={"help": "Per-dimension (or one shared) multiplier from policy actions to controller units."})
+    offset: list[float] = field(default_factory=lambda: [0.0], metadata={"help": "Per-dimension (or one shared) offset added after scaling."})
+    clip: list[float] | None = field(default=None, metadata={"help": "[low, high] clip of the controller action; null = no clip."})
+    gripper: GripperConfig = field(default_factory=GripperConfig)
+
+
+@dataclass
+class EnvConfig:
+    env_type: str = field(default="???", metadata={"help": "Simulator backend: maniskill | libero."})
+    total_num_envs: int | None = field(default=None, metadata={"help": "Sub-envs over all env workers (null = set by the experiment)."})
+    auto_reset: bool = field(default=False, metadata={"help": "Reset a sub-env as soon as its episode ends, keeping the final observation for bootstrapping."})
+    ignore_terminations: bool = field(default=False, metadata={"help": "Run every episode to max_episode_steps; success is then reported as success_at_end/success_once."})
+    use_fixed_reset_state_ids: bool = field(default=False, metadata={"help": "Reset from reset ids drawn from `seed`, shared by the group_size members of a group (GRPO)."})
+    group_size: int = field(default=1, metadata={"help": "Sub-envs per group sharing a reset state."})
+    seed: int = field(default=0, metadata={"help": "Seed of the reset-id stream and the simulators."})
+    max_episode_steps: int = field(default=50, metadata={"help": "Env steps after which an episode is truncated."})
+    use_rel_reward: bool = field(default=False, metadata={"help": "Pay the difference of successive rewards, so a held success is paid once."})
+    reward_coef: float = field(default=1.0, metadata={"help": "Multiplier of the simulator reward."})
+    task_description: str = field(default="", metadata={"help": "Instruction given to the policy (ManiSkill tasks carry none)."})
+    video_cfg: VideoConfig = field(default_factory=VideoConfig)
+    action_adapter: ActionAdapterConfig = field(default_factory=ActionAdapterConfig)
+    init_params: dict[str, Any] = field(default_factory=dict, metadata={"help": "Simulator-specific parameters, validated against the backend's schema (see docs/CONFIG.md)."})

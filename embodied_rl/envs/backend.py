@@ -1,0 +1,114 @@
+"""The simulator backend contract and its registry.
+
+A backend owns N independent sub-envs of one simulator and knows nothing about chunks,
+auto-reset, reward shaping, grouping or video: those episode semantics are implemented
+once in `ChunkedVectorEnv` (envs/vector_env.py) for every simulator.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from embodied_rl.envs.messages import EnvObservation
+
+
+@dataclass
+class BackendStep:
+    """Result of one env step of all N sub-envs (controller-space actions in).
+
+    obs:         EnvObservation of all N sub-envs after the step.
+    rewards:     float32 [N] raw simulator reward (success reward or dense reward).
+    terminated:  bool [N] the simulator ended the episode (usually success).
+    success:     bool [N] task success at this step.
+    failed:      bool [N] the sub-env crashed and was restarted; its episode counts as failed.
+    """
+
+    obs: EnvObservation
+    rewards: np.ndarray
+    terminated: np.ndarray
+    success: np.ndarray
+    failed: np.ndarray | None = None
+
+
+class SimulatorBackend(ABC):
+    """N sub-envs of one simulator, reset individually from integer reset ids."""
+
+    #: dataclass of this simulator's `init_params` section (validated by the config loader)
+    params_cls: ClassVar[type]
+
+    num_envs: int
+
+    @abstractmethod
+    def reset(self, env_ids: Sequence[int], reset_ids: Sequence[int]) -> EnvObservation:
+        """Reset the given sub-envs to the states named by `reset_ids` (same length).
+
+        Returns an EnvObservation whose rows are those sub-envs, in `env_ids` order.
+        A reset id fully determines the initial state (ManiSkill: reset seed;
+        LIBERO: index into the suite's (task, init state) pairs).
+        """
+
+    @abstractmethod
+    def step(self, actions: np.ndarray) -> BackendStep:
+        """Step all sub-envs with controller-space actions float32 [N, action_dim]."""
+
+    @abstractmethod
+    def num_reset_ids(self) -> int | None:
+        """How many distinct reset ids exist (None = unbounded, e.g. any seed)."""
+
+    @abstractmethod
+    def task_of(self, env_index: int) -> tuple[str, str]:
+        """(task_id, instruction) the sub-env is currently running."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release simulator processes and contexts."""
+
+
+_SIMULATORS: dict[str, type[SimulatorBackend]] = {}
+
+
+def register_simulator(name: str):
+    """Class decorator: make a backend available as `env_type: <name>` in env configs."""
+
+    def wrap(cls: type[SimulatorBackend]) -> type[SimulatorBackend]:
+        if name in _SIMULATORS:
+            raise ValueError(f"simulator {name!r} registered twice")
+        _SIMULATORS[name] = cls
+        return cls
+
+    return wrap
+
+
+def get_simulator(name: str) -> type[SimulatorBackend]:
+    if name not in _SIMULATORS:
+        _import_builtin_backends()
+    if name not in _SIMULATORS:
+        raise KeyError(
+            f"unknown env_type {name!r}; valid: {', '.join(sorted(_SIMULATORS)) or '(none)'}"
+        )
+    return _SIMULATORS[name]
+
+
+def _import_builtin_backends() -> None:
+    # Imported lazily: a ManiSkill-only install must not need LIBERO and vice versa.
+    import importlib
+
+    for module in ("embodied_rl.envs.maniskill", "embodied_rl.envs.libero"):
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as err:
+            if not err.name or not err.name.startswith("embodied_rl"):
+                continue  # simulator package not installed; get_simulator reports the name
+            raise
+
+
+def available_simulators() -> list[str]:
+    _import_builtin_backends()
+    return sorted(_SIMULATORS)
+
+
+def backend_params(name: str) -> Any:
+    return get_simulator(name).params_cls

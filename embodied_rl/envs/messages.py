@@ -1,0 +1,76 @@
+"""Messages the env layer sends to the rollout side. Plain numpy so they can live in shared memory.
+
+Shapes use N = number of sub-envs, C = num_action_chunks, H/W = camera size, D = state dim.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class EnvObservation:
+    """One observation of all N sub-envs.
+
+    main_images:       uint8 [N, H, W, 3], third-person camera, upright.
+    wrist_images:      uint8 [N, H, W, 3] or None when the task has no wrist camera.
+    states:            float32 [N, D] proprioception (simulator-specific layout, see env docs).
+    task_descriptions: N natural-language instructions (the policy prompt).
+    """
+
+    main_images: np.ndarray
+    states: np.ndarray
+    task_descriptions: list[str]
+    wrist_images: np.ndarray | None = None
+
+    @property
+    def num_envs(self) -> int:
+        return int(self.main_images.shape[0])
+
+
+@dataclass
+class EpisodeSummary:
+    """Metrics of one finished episode (emitted when it ends inside a chunk step)."""
+
+    env_index: int
+    task_id: str
+    instruction: str
+    reset_id: int
+    episode_return: float
+    episode_len: int
+    success_once: bool
+    success_at_end: bool
+
+
+@dataclass
+class ChunkStepResult:
+    """What `chunk_step` returns after executing C actions in each of N sub-envs.
+
+    obs:            observation after the chunk (already the new episode's first
+                    observation for sub-envs that auto-reset inside the chunk).
+    rewards:        float32 [N, C] per-step rewards (zero after an episode end inside the chunk
+                    when auto_reset is off); chunk_level reward = rewards.sum(-1).
+    terminations:   bool [N, C] per-step termination flags.
+    truncations:    bool [N, C] per-step truncation flags.
+    successes:      bool [N, C] per-step success flags.
+    final_obs:      observation at the end of the finished episode for sub-envs that
+                    auto-reset in this chunk (rows of other envs repeat `obs`); None if none did.
+                    Used to bootstrap truncated episodes from V(final_obs).
+    done_mask:      bool [N] any episode end (termination or truncation) inside the chunk.
+    episodes:       summaries of episodes that ended in this chunk.
+    """
+
+    obs: EnvObservation
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+    successes: np.ndarray
+    final_obs: EnvObservation | None = None
+    done_mask: np.ndarray | None = None
+    episodes: list[EpisodeSummary] = field(default_factory=list)
+
+    @property
+    def chunk_rewards(self) -> np.ndarray:
+        """float32 [N] sum of the chunk's step rewards."""
+        return self.rewards.sum(axis=-1)
