@@ -34,6 +34,31 @@ class BackendStep:
     failed: np.ndarray | None = None
 
 
+class SubEnv(ABC):
+    """One simulator instance (one episode at a time), hostable in a worker process.
+
+    Observation dicts carry: "main_image" uint8 [H, W, 3] (upright), optional
+    "wrist_image" uint8 [H, W, 3], "state" float32 [D]. Simulators with one process per
+    sub-env (ManiSkill CPU sim, LIBERO) implement this and run inside the shared
+    subprocess pool (envs/subproc.py), which handles crashes, hangs and restarts.
+    """
+
+    @abstractmethod
+    def reset(self, reset_id: int) -> dict[str, np.ndarray]:
+        """Start an episode from the initial state named by `reset_id`."""
+
+    @abstractmethod
+    def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool]:
+        """Apply a controller-space action [action_dim]; returns (obs, reward, terminated, success)."""
+
+    @abstractmethod
+    def task(self) -> tuple[str, str]:
+        """(task_id, instruction) of the current episode."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the simulator."""
+
+
 class SimulatorBackend(ABC):
     """N sub-envs of one simulator, reset individually from integer reset ids."""
 
