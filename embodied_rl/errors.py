@@ -1,0 +1,9 @@
+"""User-facing errors: each message is one actionable line; the CLI prints it and exits 2."""
+
+
+class UserError(Exception):
+    """A problem with the user's input (config, path, checkpoint): message is one actionable line."""
+
+
+class ConfigError(UserError):
+    """Invalid configuration key or value."""
