@@ -43,6 +43,9 @@ class SubEnv(ABC):
     subprocess pool (envs/subproc.py), which handles crashes, hangs and restarts.
     """
 
+    #: controller action dimension, reported to the pool (set it in __init__ or as a class attribute)
+    action_dim: int | None = None
+
     @abstractmethod
     def reset(self, reset_id: int) -> dict[str, np.ndarray]:
         """Start an episode from the initial state named by `reset_id`."""
@@ -60,7 +63,13 @@ class SubEnv(ABC):
 
 
 class SimulatorBackend(ABC):
-    """N sub-envs of one simulator, reset individually from integer reset ids."""
+    """N sub-envs of one simulator, reset individually from integer reset ids.
+
+    Construction (what `make_env` calls): `cls(cfg, params, num_envs, seed=seed)` with the
+    full `EnvConfig`, its `init_params` parsed into `params_cls`, and the simulator seed.
+    Backends whose sub-envs are one process each should subclass `SubprocBackend`
+    (envs/pooled.py) and only provide a picklable `SubEnv` factory.
+    """
 
     #: dataclass of this simulator's `init_params` section (validated by the config loader)
     params_cls: ClassVar[type]
@@ -77,8 +86,17 @@ class SimulatorBackend(ABC):
         """
 
     @abstractmethod
-    def step(self, actions: np.ndarray) -> BackendStep:
-        """Step all sub-envs with controller-space actions float32 [N, action_dim]."""
+    def step(self, actions: np.ndarray, env_ids: Sequence[int] | None = None) -> BackendStep:
+        """Step sub-envs `env_ids` (default: all) with controller-space actions float32 [N, action_dim].
+
+        Rows of the result cover all N sub-envs; rows of sub-envs not in `env_ids` (finished
+        episodes waiting for `reset`) repeat their last observation with zero reward and no flags.
+        """
+
+    @property
+    @abstractmethod
+    def action_dim(self) -> int:
+        """Dimension of the controller action."""
 
     @abstractmethod
     def num_reset_ids(self) -> int | None:

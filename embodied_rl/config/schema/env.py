@@ -33,6 +33,17 @@ class ActionAdapterConfig:
 
 
 @dataclass
+class SubprocConfig:
+    """Deadlines of simulators that run one process per sub-env (ManiSkill CPU sim, LIBERO)."""
+
+    start_timeout_s: float = field(default=300.0, metadata={"help": "Seconds a sub-env process may take to build its simulator."})
+    reset_timeout_s: float = field(default=120.0, metadata={"help": "Seconds a reset may take before the sub-env is declared hung, killed and restarted."})
+    step_timeout_s: float = field(default=60.0, metadata={"help": "Seconds a step may take before the sub-env is declared hung, killed and restarted (its episode fails)."})
+    max_restarts: int = field(default=3, metadata={"help": "Consecutive failed rebuilds of one sub-env before the rollout is aborted."})
+    start_method: str = field(default="forkserver", metadata={"help": "multiprocessing start method of sub-env processes: forkserver | spawn."})
+
+
+@dataclass
 class EnvConfig:
     env_type: str = field(default="???", metadata={"help": "Simulator backend: maniskill | libero."})
     total_num_envs: int | None = field(default=None, metadata={"help": "Sub-envs over all env workers (null = set by the experiment)."})
@@ -46,5 +57,6 @@ class EnvConfig:
     reward_coef: float = field(default=1.0, metadata={"help": "Multiplier of the simulator reward."})
     task_description: str = field(default="", metadata={"help": "Instruction given to the policy (ManiSkill tasks carry none)."})
     video_cfg: VideoConfig = field(default_factory=VideoConfig)
+    subproc: SubprocConfig = field(default_factory=SubprocConfig)
     action_adapter: ActionAdapterConfig = field(default_factory=ActionAdapterConfig)
     init_params: dict[str, Any] = field(default_factory=dict, metadata={"help": "Simulator-specific parameters, validated against the backend's schema (see docs/CONFIG.md)."})

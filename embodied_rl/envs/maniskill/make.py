@@ -1,0 +1,114 @@
+"""Creating ManiSkill3 gym envs from `ManiSkillParams`, never reaching the asset download prompt.
+
+ManiSkill asks `(y|n)` on stdin when a task's assets are missing (and calls `exit()` on "n").
+We replace that prompt, for the duration of `gym.make`, by an exception carrying its message,
+and turn it (and missing-file errors) into a one-line `MissingAssetError` naming task and asset.
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from embodied_rl.envs.maniskill.params import ManiSkillParams
+from embodied_rl.errors import ConfigError, UserError
+
+OFFLINE_TASKS = "PickCube-v1, PushCube-v1, StackCube-v1, PegInsertionSide-v1, PullCube-v1, PlugCharger-v1"
+
+
+class MissingAssetError(UserError):
+    """A ManiSkill task needs assets that are not installed."""
+
+
+class _AssetPrompt(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _no_download_prompt() -> Iterator[None]:
+    from mani_skill.utils import download_asset
+
+    def refuse(message: str) -> bool:
+        raise _AssetPrompt(message)
+
+    original = download_asset.prompt_yes_no
+    download_asset.prompt_yes_no = refuse
+    try:
+        yield
+    finally:
+        download_asset.prompt_yes_no = original
+
+
+def _missing_asset_error(task: str, detail: str) -> MissingAssetError:
+    found = re.search(r"asset\(s\) (.+?) which could not", detail) or re.search(r"Robot (\S+) has assets", detail)
+    asset = found.group(1) if found else detail.strip().splitlines()[0][:200]
+    return MissingAssetError(
+        f"ManiSkill task {task} needs asset {asset}, which is not installed and cannot be downloaded "
+        f"offline; run `python -m mani_skill.utils.download_asset {task}` on a machine with network, "
+        f"or use an offline task ({OFFLINE_TASKS})"
+    )
+
+
+def make_gym_env(params: ManiSkillParams, num_envs: int = 1) -> Any:
+    """gym.make the task; one env on the CPU sim, `num_envs` batched envs on the GPU sim."""
+    import gymnasium as gym
+    import mani_skill.envs  # noqa: F401 - registers the tasks
+    from mani_skill.utils.registration import REGISTERED_ENVS
+
+    if params.id not in REGISTERED_ENVS:
+        raise ConfigError(
+            f"env.init_params.id={params.id!r} is not a ManiSkill task; e.g. {OFFLINE_TASKS}"
+        )
+    kwargs: dict[str, Any] = dict(
+        obs_mode=params.obs_mode,
+        control_mode=params.control_mode,
+        reward_mode=params.reward_mode,
+        render_backend=params.render_backend,
+        sim_backend="physx_cuda" if params.sim_backend == "gpu" else "physx_cpu",
+        num_envs=num_envs,
+        sensor_configs=dict(width=params.camera_widths, height=params.camera_heights),
+    )
+    if params.robot_uids is not None:
+        kwargs["robot_uids"] = params.robot_uids
+    try:
+        with _no_download_prompt():
+            return gym.make(params.id, **kwargs)
+    except _AssetPrompt as err:
+        raise _missing_asset_error(params.id, str(err)) from None
+    except FileNotFoundError as err:
+        raise _missing_asset_error(params.id, f"file {err.filename or err}") from None
+    except RuntimeError as err:
+        if "download_asset" in str(err):
+            raise _missing_asset_error(params.id, str(err)) from None
+        raise
+
+
+def camera_names(env: Any, params: ManiSkillParams) -> tuple[str, str | None]:
+    """(main sensor, wrist sensor or None) after checking they exist in the task."""
+    sensors = list(env.unwrapped._sensors.keys())
+    if params.main_camera not in sensors:
+        raise ConfigError(f"env.init_params.main_camera={params.main_camera!r} not in {params.id} sensors {sensors}")
+    if params.wrist_camera == "auto":
+        return params.main_camera, ("hand_camera" if "hand_camera" in sensors else None)
+    if params.wrist_camera == "none":
+        return params.main_camera, None
+    if params.wrist_camera not in sensors:
+        raise ConfigError(f"env.init_params.wrist_camera={params.wrist_camera!r} not in {params.id} sensors {sensors} (or use auto/none)")
+    return params.main_camera, params.wrist_camera
+
+
+def proprio_state(obs: dict) -> np.ndarray:
+    """float32 [B, D]: TCP pose (xyz + quaternion wxyz) and the two gripper finger joints.
+
+    Tasks without `extra/tcp_pose` fall back to the full robot qpos.
+    """
+    qpos = obs["agent"]["qpos"]
+    tcp = obs.get("extra", {}).get("tcp_pose")
+    if tcp is None:
+        return qpos.cpu().numpy().astype(np.float32)
+    import torch
+
+    return torch.cat([tcp, qpos[:, -2:]], dim=-1).cpu().numpy().astype(np.float32)

@@ -1,0 +1,62 @@
+"""One ManiSkill3 CPU-sim env as a `SubEnv` (hosted in the subprocess pool)."""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from embodied_rl.envs.backend import SubEnv
+from embodied_rl.envs.maniskill.make import camera_names, make_gym_env, proprio_state
+from embodied_rl.envs.maniskill.params import ManiSkillParams
+
+
+class ManiSkillSubEnv(SubEnv):
+    """Reset ids are ManiSkill reset seeds: `reset(k)` == `env.reset(seed=k)`, fully deterministic."""
+
+    def __init__(self, params: ManiSkillParams, instruction: str) -> None:
+        # SAPIEN warns that no system libvulkan exists and uses its bundled loader, which is
+        # exactly what the software-Vulkan setup relies on: not worth a warning per process.
+        warnings.filterwarnings("ignore", message="Failed to find system libvulkan")
+        self.params = params
+        self.instruction = instruction
+        self.env = make_gym_env(params, num_envs=1)
+        self.main_cam, self.wrist_cam = camera_names(self.env, params)
+        self.action_dim = int(self.env.action_space.shape[-1])
+
+    def _obs(self, obs: dict) -> dict[str, np.ndarray]:
+        sensors = obs["sensor_data"]
+        out = {
+            "main_image": sensors[self.main_cam]["rgb"][0].cpu().numpy(),
+            "state": proprio_state(obs)[0],
+        }
+        if self.wrist_cam is not None:
+            out["wrist_image"] = sensors[self.wrist_cam]["rgb"][0].cpu().numpy()
+        return out
+
+    def reset(self, reset_id: int) -> dict[str, np.ndarray]:
+        obs, _ = self.env.reset(seed=int(reset_id))
+        return self._obs(obs)
+
+    def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool]:
+        # ManiSkill's own time limit is ignored: ChunkedVectorEnv owns max_episode_steps.
+        obs, reward, terminated, _truncated, info = self.env.step(action)
+        success = bool(info["success"][0]) if "success" in info else False
+        return self._obs(obs), float(reward[0]), bool(terminated[0]), success
+
+    def task(self) -> tuple[str, str]:
+        return self.params.id, self.instruction
+
+    def close(self) -> None:
+        self.env.close()
+
+
+@dataclass(frozen=True)
+class ManiSkillSubEnvFactory:
+    """Picklable `(rank) -> SubEnv` for the subprocess pool (rank unused: reset ids carry the seed)."""
+
+    params: ManiSkillParams
+    instruction: str
+
+    def __call__(self, rank: int) -> ManiSkillSubEnv:
+        return ManiSkillSubEnv(self.params, self.instruction)
