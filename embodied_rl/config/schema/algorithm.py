@@ -1,9 +1,142 @@
-"""Schema of `algorithm` (owned by embodied_rl/algorithms). Placeholder to be completed."""
+"""Schema of the `algorithm` section (implemented in embodied_rl/algorithms).
+
+Key names follow RLinf's YAML (seed 002) where the concept exists; reward processing and
+loss aggregation follow ROLL (seed 004); `high_level_gamma` follows VAGEN (seed 003).
+Every key changes the advantages, the loss or its gradient (tests/test_algorithms_keys.py
+proves it key by key) or is consumed by the runtime/rollout (listed in RUNTIME_KEYS).
+Contradictory or ineffective combinations are rejected by `validate()` rather than ignored.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+
+from embodied_rl.errors import ConfigError
+
+ADV_TYPES = ("gae", "grpo", "bi_level_gae", "reinforce_pp")
+GRANULARITIES = ("token_level", "action_level", "chunk_level")
+REWARD_NORMS = ("none", "batch", "group", "running")
+
+
+@dataclass
+class SamplingParams:
+    do_sample: bool = field(default=True, metadata={"help": "Sample action tokens during training rollouts (false = argmax; log-probs are still reported)."})
+    temperature_train: float = field(default=1.0, metadata={"help": "Softmax temperature of training rollouts and of the training forward pass."})
+    temperature_eval: float = field(default=1.0, metadata={"help": "Softmax temperature of evaluation rollouts (used only when eval samples)."})
+    top_k: int | None = field(default=None, metadata={"help": "Keep the k most likely of the 256 action bins before sampling; null = all bins."})
 
 
 @dataclass
 class AlgorithmConfig:
+    # --- advantages ---------------------------------------------------------------------
     adv_type: str = field(default="gae", metadata={"help": "Advantage estimator: gae | grpo | bi_level_gae | reinforce_pp."})
+    reward_type: str = field(default="chunk_level", metadata={"help": "Reward/value granularity of gae and reinforce_pp (and of reward_norm statistics): action_level (one reward and value per env step) | chunk_level (chunk reward = sum of its step rewards, one value per chunk). bi_level_gae needs chunk_level."})
+    gamma: float = field(default=0.99, metadata={"help": "Discount per reward step (per env step at action_level, per chunk at chunk_level; per token inside a chunk for bi_level_gae)."})
+    gae_lambda: float = field(default=0.95, metadata={"help": "GAE lambda (gae, both levels of bi_level_gae)."})
+    high_level_gamma: float = field(default=0.95, metadata={"help": "bi_level_gae: discount across chunks of the chunk-level GAE."})
+    group_size: int = field(default=1, metadata={"help": "grpo: envs per group sharing a reset state (envs n, m grouped iff n // group_size == m // group_size); also the grouping of reward_norm: group. Must equal env.group_size."})
+    norm_adv_by_std_in_grpo: bool = field(default=True, metadata={"help": "grpo: divide (score - group mean) by the group std; false = mean-centering only."})
+    drop_uniform_groups: bool = field(default=False, metadata={"help": "grpo dynamic sampling: mask out groups whose episode returns are all equal (zero advantage, no signal)."})
+    normalize_advantages: bool = field(default=True, metadata={"help": "Whiten advantages over the valid tokens of the batch (masked mean 0, std 1). reinforce_pp always whitens."})
+    advantage_clip: float | None = field(default=None, metadata={"help": "Clamp advantages to [-x, x] after normalisation; null = no clamp."})
+    # --- reward processing (ROLL), applied in this order: norm, clip, KL shaping ----------
+    reward_norm: str = field(default="none", metadata={"help": "Normalise rewards before the estimator: none | batch | group (per GRPO group) | running (running statistics kept by the runtime and checkpointed)."})
+    reward_scale: bool = field(default=False, metadata={"help": "With reward_norm: only divide by the std (do not subtract the mean)."})
+    reward_shift: bool = field(default=False, metadata={"help": "With reward_norm: only subtract the mean (do not divide by the std)."})
+    reward_clip: float | None = field(default=None, metadata={"help": "Clamp (normalised) rewards to [-x, x]; null = no clamp."})
+    kl_beta: float = field(default=0.0, metadata={"help": "KL-to-reference reward shaping: each env step's reward -= kl_beta * KL of its action tokens (needs ref log-probs)."})
+    kl_penalty: str = field(default="kl", metadata={"help": "KL estimator for kl_beta shaping and the KL loss: kl | abs | mse | low_var_kl | full (exact KL over the 256 action bins; needs full log-prob tensors)."})
+    # --- policy loss ---------------------------------------------------------------------
+    logprob_type: str = field(default="token_level", metadata={"help": "Importance-ratio granularity: token_level (one ratio per action token) | action_level (sum token log-probs per action) | chunk_level (sum over the chunk)."})
+    entropy_type: str = field(default="token_level", metadata={"help": "Entropy granularity for entropy_bonus: token_level | action_level (sum of its tokens' entropies) | chunk_level."})
+    ratio_clip_eps: float = field(default=0.2, metadata={"help": "Symmetric PPO clip: ratio in [1-eps, 1+eps]; clip_ratio_low/high override each side when set."})
+    clip_ratio_low: float | None = field(default=None, metadata={"help": "Lower PPO clip (ratio >= 1 - low); null = ratio_clip_eps."})
+    clip_ratio_high: float | None = field(default=None, metadata={"help": "Upper PPO clip (ratio <= 1 + high); null = ratio_clip_eps."})
+    clip_ratio_c: float | None = field(default=None, metadata={"help": "Dual-clip bound (> 1): for negative advantages the loss is capped at -A * c; null = off."})
+    loss_agg_func: str = field(default="token-mean", metadata={"help": "Aggregation of per-token losses (a sequence = one chunk): token-mean | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm."})
+    entropy_bonus: float = field(default=0.0, metadata={"help": "Coefficient of the entropy bonus subtracted from the loss."})
+    use_kl_loss: bool = field(default=False, metadata={"help": "Add kl_loss_coef * KL(policy || reference) to the loss (needs ref log-probs)."})
+    kl_loss_coef: float = field(default=0.001, metadata={"help": "Coefficient of the KL loss term (with use_kl_loss)."})
+    early_stop_imp_ratio: float | None = field(default=None, metadata={"help": "Skip a micro-batch (zero loss, actor/skipped=1) if any valid importance ratio exceeds this; null = never."})
+    # --- value loss ----------------------------------------------------------------------
+    value_loss_coef: float = field(default=1.0, metadata={"help": "Coefficient of the value loss (gae, bi_level_gae)."})
+    value_clip: float | None = field(default=0.2, metadata={"help": "Clip new values to old_values +- x and take the larger loss (PPO value clipping); null = off."})
+    huber_delta: float | None = field(default=None, metadata={"help": "Huber loss with this delta for the value loss; null = 0.5 * squared error."})
+    # --- consumed by the runtime / rollout (see RUNTIME_KEYS) ----------------------------
+    update_epoch: int = field(default=1, metadata={"help": "Passes over the rollout batch per training step."})
+    rollout_epoch: int = field(default=1, metadata={"help": "Rollout epochs collected per training step (concatenated along the env axis)."})
+    sampling_params: SamplingParams = field(default_factory=SamplingParams)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # Properties resolve the documented ratio_clip_eps shorthand in one place.
+    @property
+    def clip_low(self) -> float:
+        return self.ratio_clip_eps if self.clip_ratio_low is None else self.clip_ratio_low
+
+    @property
+    def clip_high(self) -> float:
+        return self.ratio_clip_eps if self.clip_ratio_high is None else self.clip_ratio_high
+
+    @property
+    def uses_critic(self) -> bool:
+        return self.adv_type in ("gae", "bi_level_gae")
+
+    def validate(self) -> None:
+        """Raise ConfigError (one line, naming the key) for invalid or ineffective settings."""
+        _choice("adv_type", self.adv_type, ADV_TYPES)
+        _choice("reward_type", self.reward_type, GRANULARITIES[1:])
+        _choice("logprob_type", self.logprob_type, GRANULARITIES)
+        _choice("entropy_type", self.entropy_type, GRANULARITIES)
+        _choice("reward_norm", self.reward_norm, REWARD_NORMS)
+        # kl_penalty and loss_agg_func are checked against their registries lazily (they
+        # live in embodied_rl.algorithms, which imports this module).
+        for key in ("gamma", "gae_lambda", "high_level_gamma"):
+            if not 0.0 <= getattr(self, key) <= 1.0:
+                raise ConfigError(f"algorithm.{key}={getattr(self, key)} must be in [0, 1]")
+        for key in ("ratio_clip_eps", "clip_ratio_low", "clip_ratio_high", "advantage_clip", "reward_clip",
+                    "value_clip", "huber_delta", "kl_beta", "kl_loss_coef", "entropy_bonus", "value_loss_coef"):
+            value = getattr(self, key)
+            if value is not None and value < 0:
+                raise ConfigError(f"algorithm.{key}={value} must be >= 0")
+        if self.clip_low >= 1.0:
+            raise ConfigError(f"algorithm.clip_ratio_low (or ratio_clip_eps)={self.clip_low} must be < 1 (ratio lower bound 1 - low > 0)")
+        if self.clip_ratio_c is not None and self.clip_ratio_c <= 1.0:
+            raise ConfigError(f"algorithm.clip_ratio_c={self.clip_ratio_c} must be > 1 (or null to disable dual-clip)")
+        if self.early_stop_imp_ratio is not None and self.early_stop_imp_ratio <= 1.0:
+            raise ConfigError(f"algorithm.early_stop_imp_ratio={self.early_stop_imp_ratio} must be > 1 (or null)")
+        if self.group_size < 1:
+            raise ConfigError(f"algorithm.group_size={self.group_size} must be >= 1")
+        if self.adv_type == "grpo" and self.group_size < 2:
+            raise ConfigError("algorithm.adv_type=grpo needs algorithm.group_size >= 2 (a group baseline needs several envs)")
+        if self.adv_type == "bi_level_gae" and self.reward_type != "chunk_level":
+            raise ConfigError("algorithm.adv_type=bi_level_gae credits whole chunks; set algorithm.reward_type: chunk_level")
+        if self.reward_norm == "none" and (self.reward_scale or self.reward_shift):
+            raise ConfigError("algorithm.reward_scale/reward_shift only modify a reward_norm; set algorithm.reward_norm (batch|group|running) or set them false")
+        if self.reward_scale and self.reward_shift:
+            raise ConfigError("algorithm.reward_scale and reward_shift are exclusive (both = no normalisation); set at most one")
+        if self.reward_norm == "group" and self.group_size < 2:
+            raise ConfigError("algorithm.reward_norm=group needs algorithm.group_size >= 2")
+        if self.update_epoch < 1 or self.rollout_epoch < 1:
+            raise ConfigError("algorithm.update_epoch and algorithm.rollout_epoch must be >= 1")
+        if self.sampling_params.temperature_train <= 0 or self.sampling_params.temperature_eval <= 0:
+            raise ConfigError("algorithm.sampling_params.temperature_train/temperature_eval must be > 0")
+        if self.sampling_params.top_k is not None and not 1 <= self.sampling_params.top_k <= 256:
+            raise ConfigError("algorithm.sampling_params.top_k must be in [1, 256] (action bins) or null")
+
+
+def _choice(key: str, value: str, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise ConfigError(f"algorithm.{key}={value!r} is not valid; choose one of: {', '.join(valid)}")
+
+
+#: Keys not used by embodied_rl.algorithms, with who consumes them (checked by the key tests).
+RUNTIME_KEYS: dict[str, str] = {
+    "update_epoch": "runtime actor loop: passes over the batch per training step",
+    "rollout_epoch": "runtime rollout loop: rollout epochs per training step",
+    "sampling_params": "rollout/model: action-token sampling (do_sample, temperatures, top_k)",
+}
+
+
+def algorithm_keys() -> list[str]:
+    return [f.name for f in fields(AlgorithmConfig)]

@@ -1,0 +1,226 @@
+"""`compute_advantages`: rollout batch -> token advantages, value targets and loss mask.
+
+Rollout layout (time-major over chunk steps): T chunk steps, N envs, C actions per chunk,
+A tokens per action, L = C * A action tokens per chunk (the chunk is one "turn").
+
+batch keys (tensors):
+  rewards           float [T, N, C]  reward of each env step
+  dones             bool  [T, N, C]  episode end (termination or truncation) after that step
+  truncations       bool  [T, N, C]  optional; time-limit ends among dones (needs bootstrap_values)
+  bootstrap_values  float [T, N] or [T, N, C]  V(final_obs) where a truncation happened
+  values            float [T + 1, N, K]  value predictions, K = C (reward_type action_level)
+                    or 1 (chunk_level); bi_level_gae also takes K = L; row T bootstraps the
+                    episode still running after the last chunk. Needed by gae, bi_level_gae.
+  loss_mask         bool  [T, N] or [T, N, C]  optional; else pass auto_reset= to build it
+  old_logprobs      float [T, N, L]  rollout log-probs (gives L when action_dim is not passed)
+  ref_logprobs      float [T, N, L]  reference log-probs, for kl_beta > 0
+  full_logprobs, ref_full_logprobs  float [T, N, L, V]  log-softmax over the V=256 bins, for
+                    kl_beta > 0 with kl_penalty=full
+Order: reward_norm -> reward_clip -> KL shaping -> truncation bootstrap -> estimator ->
+normalize_advantages -> advantage_clip.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from embodied_rl.algorithms import estimators as est
+from embodied_rl.algorithms.kl import kl_penalty
+from embodied_rl.algorithms.masks import build_loss_mask, expand_steps_to_tokens, group_tokens, masked_whiten
+from embodied_rl.algorithms.registry import ADVANTAGE_ESTIMATORS
+from embodied_rl.algorithms.rewards import RunningRewardStats, clip_rewards, normalize_rewards
+from embodied_rl.config.schema.algorithm import AlgorithmConfig
+
+
+@dataclass
+class RewardSteps:
+    """Processed rewards at the estimator's granularity K (C = per env step, 1 = per chunk)."""
+
+    rewards: Tensor  # [T, N, K]
+    dones: Tensor  # bool [T, N, K]
+    mask: Tensor  # bool [T, N, K]
+    values: Tensor | None  # [T + 1, N, Kv]
+    num_tokens: int  # L
+
+
+@dataclass
+class EstimatorOutput:
+    advantages: Tensor  # [T, N, K'] with L % K' == 0 (K' = K, or L for token-level estimators)
+    returns: Tensor | None = None  # [T, N, Kv] value targets (critic-based estimators only)
+    keep_envs: Tensor | None = None  # bool [N]: envs that stay in the loss (GRPO dynamic sampling)
+
+
+def _to_time(x: Tensor) -> Tensor:
+    """[T, N, K] -> [T*K, N] in execution order."""
+    t, n, k = x.shape
+    return x.permute(0, 2, 1).reshape(t * k, n)
+
+
+def _from_time(x: Tensor, k: int) -> Tensor:
+    tk, n = x.shape
+    return x.reshape(tk // k, k, n).permute(0, 2, 1)
+
+
+def _require_values(steps: RewardSteps, adv_type: str, allowed: tuple[int, ...]) -> Tensor:
+    v = steps.values
+    if v is None:
+        raise ValueError(f"adv_type={adv_type} needs batch['values'] [T+1, N, K] from the value head")
+    t, n, _ = steps.rewards.shape
+    if v.dim() != 3 or v.shape[0] != t + 1 or v.shape[1] != n or v.shape[2] not in allowed:
+        raise ValueError(
+            f"batch['values'] has shape {tuple(v.shape)}, adv_type={adv_type} needs [{t + 1}, {n}, K] with K in {allowed} "
+            "(action_level values need actor.model value_type action_level, chunk_level one value per chunk)"
+        )
+    return v
+
+
+@ADVANTAGE_ESTIMATORS.register("gae")
+def _gae(cfg: AlgorithmConfig, steps: RewardSteps) -> EstimatorOutput:
+    k = steps.rewards.shape[-1]
+    values = _require_values(steps, "gae", (k,))
+    flat_values = torch.cat([_to_time(values[:-1]), values[-1, :, 0].unsqueeze(0)], dim=0)
+    adv, ret = est.gae(_to_time(steps.rewards), flat_values, _to_time(steps.dones), cfg.gamma, cfg.gae_lambda)
+    return EstimatorOutput(_from_time(adv, k), _from_time(ret, k))
+
+
+@ADVANTAGE_ESTIMATORS.register("reinforce_pp")
+def _reinforce_pp(cfg: AlgorithmConfig, steps: RewardSteps) -> EstimatorOutput:
+    k = steps.rewards.shape[-1]
+    ret = _from_time(est.discounted_returns(_to_time(steps.rewards), _to_time(steps.dones), cfg.gamma), k)
+    return EstimatorOutput(masked_whiten(ret, steps.mask))
+
+
+@ADVANTAGE_ESTIMATORS.register("grpo")
+def _grpo(cfg: AlgorithmConfig, steps: RewardSteps) -> EstimatorOutput:
+    episodes = (steps.dones & steps.mask).sum(dim=(0, 2))
+    if bool((episodes > 1).any()):
+        raise ValueError(
+            "adv_type=grpo scores one episode per env and rollout epoch, but an env finished several; "
+            "set env.train.auto_reset: false (or pass a loss_mask that keeps only the first episode)"
+        )
+    scores = (steps.rewards * steps.mask).sum(dim=(0, 2))
+    adv, uniform = est.group_normalized_scores(scores, cfg.group_size, cfg.norm_adv_by_std_in_grpo)
+    keep = ~uniform if cfg.drop_uniform_groups else None
+    return EstimatorOutput(adv.view(1, -1, 1).expand(steps.rewards.shape[0], -1, 1), keep_envs=keep)
+
+
+@ADVANTAGE_ESTIMATORS.register("bi_level_gae")
+def _bi_level_gae(cfg: AlgorithmConfig, steps: RewardSteps) -> EstimatorOutput:
+    num_tokens = steps.num_tokens
+    allowed = tuple(k for k in range(1, num_tokens + 1) if num_tokens % k == 0)
+    values = _require_values(steps, "bi_level_gae", allowed)
+    token_values = expand_steps_to_tokens(values, num_tokens)
+    adv, ret = est.bi_level_gae(
+        steps.rewards[..., 0], token_values, steps.dones[..., 0], cfg.gamma, cfg.gae_lambda, cfg.high_level_gamma
+    )
+    # value target of each value slot = return at its last token (= chunk return G_t when K = 1)
+    return EstimatorOutput(adv, group_tokens(ret, num_tokens // values.shape[-1])[..., -1])
+
+
+def _num_tokens(batch: dict[str, Tensor], num_actions: int, action_dim: int | None) -> int:
+    if action_dim is not None:
+        return num_actions * action_dim
+    if "old_logprobs" in batch:
+        return int(batch["old_logprobs"].shape[-1])
+    raise ValueError("compute_advantages needs action_dim= or batch['old_logprobs'] [T, N, C*A] to know the tokens per chunk")
+
+
+def _step_mask(batch: dict[str, Tensor], auto_reset: bool | None) -> Tensor:
+    dones = batch["dones"].bool()
+    if "loss_mask" in batch:
+        m = batch["loss_mask"].bool()
+        return m.unsqueeze(-1).expand_as(dones) if m.dim() == 2 else m
+    if auto_reset is None:
+        raise ValueError("compute_advantages needs batch['loss_mask'] or auto_reset= (env.train.auto_reset) to mask invalid steps")
+    return build_loss_mask(dones, auto_reset)
+
+
+def _kl_per_step(cfg: AlgorithmConfig, batch: dict[str, Tensor], num_tokens: int, num_actions: int) -> Tensor:
+    if cfg.kl_penalty == "full":
+        keys = ("full_logprobs", "ref_full_logprobs")
+    else:
+        keys = ("old_logprobs", "ref_logprobs")
+    missing = [k for k in keys if k not in batch]
+    if missing:
+        raise ValueError(f"algorithm.kl_beta > 0 with kl_penalty={cfg.kl_penalty} needs batch keys {missing}")
+    kl = kl_penalty(batch[keys[0]], batch[keys[1]], cfg.kl_penalty)  # [T, N, L]
+    return group_tokens(kl, num_tokens // num_actions).sum(-1)  # [T, N, C]: KL of each action
+
+
+def prepare_reward_steps(
+    cfg: AlgorithmConfig,
+    batch: dict[str, Tensor],
+    step_mask: Tensor,
+    num_tokens: int,
+    reward_stats: RunningRewardStats | None = None,
+) -> RewardSteps:
+    """Normalise, clip, KL-shape and bootstrap rewards at the configured granularity."""
+    rewards = batch["rewards"].float() * step_mask
+    dones = batch["dones"].bool()
+    num_actions = rewards.shape[-1]
+    chunk = cfg.reward_type == "chunk_level"
+    if chunk:
+        rewards, dones, mask = rewards.sum(-1, keepdim=True), dones.any(-1, keepdim=True), step_mask.any(-1, keepdim=True)
+    else:
+        mask = step_mask
+    rewards = normalize_rewards(
+        rewards, mask, cfg.reward_norm, group_size=cfg.group_size, shift_only=cfg.reward_shift,
+        scale_only=cfg.reward_scale, stats=reward_stats,
+    )
+    rewards = clip_rewards(rewards, cfg.reward_clip)
+    if cfg.kl_beta > 0:
+        kl = _kl_per_step(cfg, batch, num_tokens, num_actions) * step_mask
+        rewards = rewards - cfg.kl_beta * (kl.sum(-1, keepdim=True) if chunk else kl)
+    if "truncations" in batch and bool(batch["truncations"].any()):
+        if "bootstrap_values" not in batch:
+            raise ValueError("batch['truncations'] has truncated episodes but no batch['bootstrap_values'] (V(final_obs))")
+        trunc = (batch["truncations"].bool() & step_mask).float()
+        boot = batch["bootstrap_values"].float()
+        boot = boot.unsqueeze(-1) if boot.dim() == 2 else boot
+        extra = trunc * boot  # [T, N, C]
+        discount = cfg.high_level_gamma if cfg.adv_type == "bi_level_gae" else cfg.gamma
+        rewards = rewards + discount * (extra.sum(-1, keepdim=True) if chunk else extra)
+    return RewardSteps(rewards, dones, mask, batch.get("values"), num_tokens)
+
+
+def compute_advantages(
+    cfg: AlgorithmConfig,
+    batch: dict[str, Tensor],
+    *,
+    action_dim: int | None = None,
+    auto_reset: bool | None = None,
+    reward_stats: RunningRewardStats | None = None,
+) -> dict[str, Tensor]:
+    """Advantages for the configured estimator (see the module docstring for batch keys).
+
+    Returns:
+      advantages  float [T, N, L]  per action token (0 where masked)
+      loss_mask   bool  [T, N, L]  tokens that enter the policy loss
+      rewards     float [T, N, K]  processed rewards the estimator saw (for logging)
+      returns     float [T, N, Kv] value targets, and value_mask bool [T, N, Kv] (gae, bi_level_gae)
+    """
+    with torch.no_grad():
+        num_actions = batch["rewards"].shape[-1]
+        num_tokens = _num_tokens(batch, num_actions, action_dim)
+        step_mask = _step_mask(batch, auto_reset)
+        steps = prepare_reward_steps(cfg, batch, step_mask, num_tokens, reward_stats)
+        out = ADVANTAGE_ESTIMATORS.get(cfg.adv_type)(cfg, steps)
+        token_mask = expand_steps_to_tokens(step_mask, num_tokens)
+        if out.keep_envs is not None:
+            token_mask = token_mask & out.keep_envs.view(1, -1, 1)
+        adv = expand_steps_to_tokens(out.advantages, num_tokens)
+        if cfg.normalize_advantages:
+            adv = masked_whiten(adv, token_mask)
+        if cfg.advantage_clip is not None:
+            adv = adv.clamp(-cfg.advantage_clip, cfg.advantage_clip)
+        result = {
+            "advantages": torch.where(token_mask, adv, torch.zeros_like(adv)),
+            "loss_mask": token_mask,
+            "rewards": steps.rewards,
+        }
+        if out.returns is not None:
+            result["returns"] = out.returns
+            result["value_mask"] = group_tokens(token_mask, num_tokens // out.returns.shape[-1]).any(-1)
+        return result

@@ -1,0 +1,53 @@
+"""loss_agg_func: how a [B, S] matrix of per-token losses becomes a scalar (ROLL semantics).
+
+A row is one sequence = one action chunk; S is its number of loss entries (C*A tokens at
+token level, C actions at action level, 1 at chunk level). mask: bool [B, S].
+"""
+from __future__ import annotations
+
+from torch import Tensor
+
+from embodied_rl.algorithms.registry import LOSS_AGGREGATIONS
+
+
+def _valid_rows(mask: Tensor) -> Tensor:
+    return mask.any(dim=-1)
+
+
+@LOSS_AGGREGATIONS.register("token-mean")
+def token_mean(loss: Tensor, mask: Tensor) -> Tensor:
+    """Mean over all valid tokens of the batch: every token weighs the same."""
+    m = mask.to(loss.dtype)
+    return (loss * m).sum() / m.sum().clamp(min=1.0)
+
+
+@LOSS_AGGREGATIONS.register("seq-mean-token-sum")
+def seq_mean_token_sum(loss: Tensor, mask: Tensor) -> Tensor:
+    """Sum over each chunk's valid tokens, then mean over chunks with any valid token."""
+    rows = _valid_rows(mask).to(loss.dtype)
+    seq = (loss * mask.to(loss.dtype)).sum(dim=-1)
+    return (seq * rows).sum() / rows.sum().clamp(min=1.0)
+
+
+@LOSS_AGGREGATIONS.register("seq-mean-token-mean")
+def seq_mean_token_mean(loss: Tensor, mask: Tensor) -> Tensor:
+    """Mean over each chunk's valid tokens, then mean over chunks: every chunk weighs the same."""
+    m = mask.to(loss.dtype)
+    rows = _valid_rows(mask).to(loss.dtype)
+    seq = (loss * m).sum(dim=-1) / m.sum(dim=-1).clamp(min=1.0)
+    return (seq * rows).sum() / rows.sum().clamp(min=1.0)
+
+
+@LOSS_AGGREGATIONS.register("seq-mean-token-sum-norm")
+def seq_mean_token_sum_norm(loss: Tensor, mask: Tensor) -> Tensor:
+    """Token sum divided by the constant chunk length S (not the valid count), mean over chunks.
+
+    Masked-out tokens of a partially valid chunk thus shrink its weight (Dr. GRPO style).
+    """
+    rows = _valid_rows(mask).to(loss.dtype)
+    seq = (loss * mask.to(loss.dtype)).sum(dim=-1) / loss.shape[-1]
+    return (seq * rows).sum() / rows.sum().clamp(min=1.0)
+
+
+def aggregate_loss(loss: Tensor, mask: Tensor, mode: str) -> Tensor:
+    return LOSS_AGGREGATIONS.get(mode)(loss, mask)

@@ -1,0 +1,173 @@
+"""PPO/GRPO policy loss, value loss and the combined `compute_actor_critic_loss`.
+
+The runtime flattens (time, env) into a micro-batch of B chunks: token tensors are
+[B, L] (L = C * A action tokens of one chunk), value tensors [B, K] (K = C or 1, or L).
+Per-entry loss terms are pure functions; aggregation follows `loss_agg_func` with one
+row = one chunk.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from embodied_rl.algorithms.aggregation import aggregate_loss
+from embodied_rl.algorithms.kl import kl_penalty
+from embodied_rl.algorithms.masks import group_tokens, masked_mean
+from embodied_rl.config.schema.algorithm import AlgorithmConfig
+
+
+def ppo_clipped_surrogate(
+    logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, clip_low: float, clip_high: float, clip_c: float | None = None
+) -> dict[str, Tensor]:
+    """Per-entry PPO loss max(-A r, -A clip(r, 1-low, 1+high)), dual-clipped at -A c for A < 0.
+
+    All inputs [B, S]. Returns dict of [B, S] tensors: loss, ratio, clipped (clip branch
+    active), dual_clipped (dual-clip branch active).
+    """
+    log_ratio = (logprobs - old_logprobs).clamp(-20.0, 20.0)  # exp() must not overflow
+    ratio = torch.exp(log_ratio)
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    loss = torch.maximum(unclipped, clipped)
+    clip_active = clipped > unclipped
+    dual_active = torch.zeros_like(clip_active)
+    if clip_c is not None:
+        cap = -advantages * clip_c
+        dual_active = (advantages < 0) & (loss > cap)
+        loss = torch.where(dual_active, cap, loss)
+    return {"loss": loss, "ratio": ratio, "log_ratio": log_ratio, "clipped": clip_active, "dual_clipped": dual_active}
+
+
+def value_loss(
+    values: Tensor, old_values: Tensor, returns: Tensor, value_clip: float | None, huber_delta: float | None
+) -> tuple[Tensor, Tensor]:
+    """Per-entry value loss, [B, K] -> ([B, K] loss, [B, K] bool clip-branch-active).
+
+    Error is Huber(delta) or 0.5 * squared; with value_clip the larger of the losses of the
+    new and of the clipped values (old_values +- value_clip) is taken.
+    """
+
+    def err(pred: Tensor) -> Tensor:
+        if huber_delta is None:
+            return 0.5 * (returns - pred).square()
+        return F.huber_loss(pred, returns, reduction="none", delta=huber_delta)
+
+    loss = err(values)
+    if value_clip is None:
+        return loss, torch.zeros_like(loss, dtype=torch.bool)
+    clipped_values = old_values + (values - old_values).clamp(-value_clip, value_clip)
+    loss_clipped = err(clipped_values)
+    return torch.maximum(loss, loss_clipped), loss_clipped > loss
+
+
+def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> float:
+    """1 - Var[returns - values] / Var[returns] over valid entries (nan if returns are constant)."""
+    def var(x: Tensor) -> Tensor:
+        m = masked_mean(x, mask)
+        return masked_mean((x - m) ** 2, mask)
+
+    var_ret = var(returns)
+    return float("nan") if float(var_ret) == 0.0 else float(1.0 - var(returns - values) / var_ret)
+
+
+_GROUP = {"token_level": lambda a, l: 1, "action_level": lambda a, l: a, "chunk_level": lambda a, l: l}
+
+
+def _regroup(x: Tensor, group: int, how: str) -> Tensor:
+    """[B, L] -> [B, L // group] by summing (log-probs, entropy), averaging or all-ing (mask)."""
+    if group == 1:
+        return x
+    g = group_tokens(x, group)
+    return {"sum": g.sum(-1), "mean": g.mean(-1), "all": g.all(-1)}[how]
+
+
+def compute_actor_critic_loss(
+    cfg: AlgorithmConfig,
+    *,
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    loss_mask: Tensor,
+    entropy: Tensor | None = None,
+    values: Tensor | None = None,
+    old_values: Tensor | None = None,
+    returns: Tensor | None = None,
+    value_mask: Tensor | None = None,
+    ref_logprobs: Tensor | None = None,
+    full_logprobs: Tensor | None = None,
+    ref_full_logprobs: Tensor | None = None,
+    action_dim: int | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """Scalar training loss of one micro-batch and its metrics.
+
+    logprobs, old_logprobs, advantages, entropy, ref_logprobs: [..., L] (leading dims are
+    flattened to B); loss_mask bool [..., L]; values, old_values, returns: [..., K] and
+    value_mask bool [..., K] (default: derived from loss_mask), all None for critic-free
+    estimators; full_logprobs, ref_full_logprobs [..., L, V] for kl_penalty=full.
+    action_dim (A) is needed for logprob_type/entropy_type action_level.
+    loss = policy - entropy_bonus * entropy + kl_loss_coef * kl [+ value_loss_coef * value].
+    """
+    num_tokens = logprobs.shape[-1]
+    flat = lambda x: None if x is None else x.reshape(-1, x.shape[-1])  # noqa: E731
+    logprobs, old_logprobs, advantages = flat(logprobs), flat(old_logprobs), flat(advantages)
+    mask = flat(loss_mask).bool()
+    if cfg.logprob_type == "action_level" or cfg.entropy_type == "action_level":
+        if action_dim is None:
+            raise ValueError("logprob_type/entropy_type action_level needs action_dim= (tokens per action)")
+    group = _GROUP[cfg.logprob_type](action_dim, num_tokens)
+    pg = ppo_clipped_surrogate(
+        _regroup(logprobs, group, "sum"), _regroup(old_logprobs, group, "sum"), _regroup(advantages, group, "mean"),
+        cfg.clip_low, cfg.clip_high, cfg.clip_ratio_c,
+    )
+    pg_mask = _regroup(mask, group, "all")
+    policy_loss = aggregate_loss(pg["loss"], pg_mask, cfg.loss_agg_func)
+    loss = policy_loss
+    ratio_valid = pg["ratio"][pg_mask]
+    m = {
+        "actor/policy_loss": policy_loss.item(),
+        "actor/clip_fraction": masked_mean(pg["clipped"].float(), pg_mask).item(),
+        "actor/dual_clip_fraction": masked_mean(pg["dual_clipped"].float(), pg_mask).item(),
+        "actor/approx_kl": masked_mean(pg["ratio"] - 1.0 - pg["log_ratio"], pg_mask).item(),
+        "actor/ratio_mean": ratio_valid.mean().item() if ratio_valid.numel() else 1.0,
+        "actor/ratio_max": ratio_valid.max().item() if ratio_valid.numel() else 1.0,
+    }
+    if entropy is not None:
+        egroup = _GROUP[cfg.entropy_type](action_dim, num_tokens)
+        ent = aggregate_loss(_regroup(flat(entropy), egroup, "sum"), _regroup(mask, egroup, "all"), cfg.loss_agg_func)
+        m["actor/entropy"] = ent.item()
+        if cfg.entropy_bonus > 0:
+            loss = loss - cfg.entropy_bonus * ent
+    elif cfg.entropy_bonus > 0:
+        raise ValueError("algorithm.entropy_bonus > 0 needs the policy entropy (entropy=[B, L])")
+    if cfg.use_kl_loss:
+        pair = (full_logprobs, ref_full_logprobs) if cfg.kl_penalty == "full" else (logprobs, ref_logprobs)
+        if pair[1] is None or pair[0] is None:
+            need = "full_logprobs and ref_full_logprobs [B, L, V]" if cfg.kl_penalty == "full" else "ref_logprobs [B, L]"
+            raise ValueError(f"algorithm.use_kl_loss needs {need}")
+        cur, ref = pair
+        if cfg.kl_penalty == "full":
+            cur, ref = cur.reshape(-1, num_tokens, cur.shape[-1]), ref.reshape(-1, num_tokens, ref.shape[-1])
+        else:
+            ref = flat(ref)
+        kl = aggregate_loss(kl_penalty(cur, ref, cfg.kl_penalty), mask, cfg.loss_agg_func)
+        m["actor/kl_loss"] = kl.item()
+        loss = loss + cfg.kl_loss_coef * kl
+    if values is not None:
+        if old_values is None or returns is None:
+            raise ValueError("the value loss needs values, old_values and returns together")
+        values, old_values, returns = flat(values), flat(old_values), flat(returns)
+        vmask = flat(value_mask).bool() if value_mask is not None else _regroup(mask, num_tokens // values.shape[-1], "all")
+        v_loss_mat, v_clipped = value_loss(values, old_values, returns, cfg.value_clip, cfg.huber_delta)
+        v_loss = masked_mean(v_loss_mat, vmask)
+        loss = loss + cfg.value_loss_coef * v_loss
+        m["critic/value_loss"] = v_loss.item()
+        m["critic/value_clip_fraction"] = masked_mean(v_clipped.float(), vmask).item()
+        m["critic/explained_variance"] = explained_variance(values.detach(), returns, vmask)
+    m["actor/skipped"] = 0.0
+    if cfg.early_stop_imp_ratio is not None and m["actor/ratio_max"] > cfg.early_stop_imp_ratio:
+        # Zero loss that keeps the graph, so every rank still runs a (no-op) backward.
+        loss = loss * 0.0
+        m["actor/skipped"] = 1.0
+    m["actor/total_loss"] = loss.item()
+    return loss, m
