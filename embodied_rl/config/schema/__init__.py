@@ -1,0 +1,42 @@
+"""The root of the typed config schema; each section lives in its own module.
+
+`algorithm` (schema/algorithm.py), `actor.model` (schema/model.py) and `env.train|eval`
+(schema/env.py) are owned by their subsystems; the runtime sections are in schema/runtime.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from embodied_rl.config.schema.algorithm import AlgorithmConfig
+from embodied_rl.config.schema.env import EnvConfig
+from embodied_rl.config.schema.model import ModelConfig
+from embodied_rl.config.schema.runtime import (
+    ActorConfig,
+    ClusterConfig,
+    EnvGroupConfig,
+    RolloutConfig,
+    RunnerConfig,
+)
+
+
+@dataclass
+class RootConfig:
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    runner: RunnerConfig = field(default_factory=RunnerConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    env: EnvGroupConfig = field(default_factory=EnvGroupConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
+
+
+__all__ = [
+    "RootConfig",
+    "ClusterConfig",
+    "RunnerConfig",
+    "AlgorithmConfig",
+    "EnvGroupConfig",
+    "EnvConfig",
+    "RolloutConfig",
+    "ActorConfig",
+    "ModelConfig",
+]

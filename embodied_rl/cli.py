@@ -1,0 +1,158 @@
+"""`embodied-rl`: the command-line entry point.
+
+Subcommands live in a table (`COMMANDS`); each parses its own arguments and either runs
+here (print-config) or dispatches to the module that implements it, imported lazily so
+that e.g. `review` never imports torch-heavy training code. User errors print one line
+`error: ...` on stderr and exit with code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from embodied_rl.errors import UserError
+from embodied_rl.runtime_env import configure_process_env
+
+EXIT_USER_ERROR = 2
+
+
+@dataclass(frozen=True)
+class Command:
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int | None]
+
+
+COMMANDS: dict[str, Command] = {}
+
+
+def command(name: str, help: str, configure: Callable[[argparse.ArgumentParser], None]):
+    """Register a subcommand: `@command("train", "…", add_config_args)` on its run function."""
+
+    def wrap(run: Callable[[argparse.Namespace], int | None]):
+        COMMANDS[name] = Command(help=help, configure=configure, run=run)
+        return run
+
+    return wrap
+
+
+def resolve_entry(target: str, feature: str) -> Callable[..., Any]:
+    """Import 'package.module:function'; a missing module of ours is a clear one-line error."""
+    module_name, func_name = target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name and (module_name == err.name or module_name.startswith(err.name + ".")):
+            raise UserError(f"{feature} is not available in this installation: module {module_name} is missing") from err
+        raise UserError(f"{feature} needs the Python package '{err.name}', which is not installed; run: bash scripts/setup.sh") from err
+    func = getattr(module, func_name, None)
+    if func is None:
+        raise UserError(f"{feature} is not available in this installation: {module_name} has no {func_name}()")
+    return func
+
+
+# ---- config-taking commands: train, eval, print-config -------------------------------
+
+def add_config_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "args",
+        nargs="*",
+        metavar="[CONFIG] [key=value ...]",
+        help="experiment name in configs/ or path to a YAML file (default: maniskill_ppo_tiny), "
+        "then overrides: key=value sets a key, +key=value adds one to a free-form section, "
+        "env.train=<name> picks an env config from env_configs/",
+    )
+
+
+def split_config_args(args: Sequence[str]) -> tuple[str, list[str]]:
+    from embodied_rl.config.loader import DEFAULT_EXPERIMENT
+
+    if args and "=" not in args[0]:
+        return args[0], list(args[1:])
+    return DEFAULT_EXPERIMENT, list(args)
+
+
+def _load(ns: argparse.Namespace, extra: Sequence[str] = ()):
+    from embodied_rl.config.loader import load_config
+
+    name, overrides = split_config_args(ns.args)
+    return load_config(name, [*overrides, *extra])
+
+
+def _train(ns: argparse.Namespace, extra: Sequence[str] = ()) -> int | None:
+    from embodied_rl.config.loader import save_resolved_config
+
+    cfg = _load(ns, extra)
+    main = resolve_entry("embodied_rl.runtime.train:main", "training (embodied-rl train/eval)")
+    path = save_resolved_config(cfg, cfg.runner.logger.log_path)
+    print(f"resolved config: {path}", file=sys.stderr)
+    return main(cfg)
+
+
+@command("train", "train a policy with RL (default config: maniskill_ppo_tiny)", add_config_args)
+def train_cmd(ns: argparse.Namespace) -> int | None:
+    return _train(ns)
+
+
+@command("eval", "evaluate a policy without training (= train with runner.only_eval=true)", add_config_args)
+def eval_cmd(ns: argparse.Namespace) -> int | None:
+    return _train(ns, extra=["runner.only_eval=true"])
+
+
+@command("print-config", "print the resolved config as YAML (same arguments as train)", add_config_args)
+def print_config_cmd(ns: argparse.Namespace) -> int | None:
+    from embodied_rl.config.loader import to_yaml
+
+    sys.stdout.write(to_yaml(_load(ns)))
+    return 0
+
+
+# ---- commands implemented by other subsystems, given their own argv ------------------
+
+def _passthrough(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("argv", nargs=argparse.REMAINDER, help="arguments of the subcommand (see its --help)")
+
+
+@command("review", "open the review page of one or more run directories: review RUN_DIR...", _passthrough)
+def review_cmd(ns: argparse.Namespace) -> int | None:
+    return resolve_entry("embodied_rl.review.cli:main", "the review page (embodied-rl review)")(ns.argv)
+
+
+@command("make-model", "create a model checkpoint from a preset: make-model PRESET OUT_DIR", _passthrough)
+def make_model_cmd(ns: argparse.Namespace) -> int | None:
+    return resolve_entry("embodied_rl.models.cli:make_model_main", "model presets (embodied-rl make-model)")(ns.argv)
+
+
+# ---- entry point ---------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    from embodied_rl import __version__
+
+    parser = argparse.ArgumentParser(prog="embodied-rl", description="RL fine-tuning of vision-language-action policies in simulation.")
+    parser.add_argument("--version", action="version", version=f"embodied-rl {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, cmd in COMMANDS.items():
+        cmd.configure(sub.add_parser(name, help=cmd.help, description=cmd.help))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    configure_process_env()
+    ns = build_parser().parse_args(argv)
+    try:
+        code = COMMANDS[ns.command].run(ns)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return int(code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,220 @@
+"""Load an experiment config: YAML file + env configs + CLI overrides -> validated RootConfig.
+
+Order (later wins): schema defaults < env configs picked by `defaults:` (or `env.train=<name>`)
+< the experiment YAML < `key=value` overrides. Interpolations (`${runner.seed}`) are resolved
+on the merged tree, then every key is checked against the schema and every
+`env.<train|eval>.init_params` against its simulator backend's `params_cls`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from embodied_rl.config import checks
+from embodied_rl.config.overrides import apply_override, parse_override
+from embodied_rl.config.schema import EnvConfig, RootConfig
+from embodied_rl.config.typecheck import build
+from embodied_rl.errors import ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CONFIG_DIR = REPO_ROOT / "configs"
+ENV_CONFIG_DIR = REPO_ROOT / "env_configs"
+DEFAULT_EXPERIMENT = "maniskill_ppo_tiny"
+ENV_SECTIONS = ("train", "eval")
+_DEFAULTS_ENTRY = re.compile(r"^env/(?P<name>[\w.-]+)@env\.(?P<section>train|eval)$")
+
+
+def available(directory: Path) -> list[str]:
+    return sorted(p.stem for p in directory.glob("*.yaml")) if directory.is_dir() else []
+
+
+def find_experiment(name_or_path: str) -> Path:
+    """A name from configs/ (`maniskill_ppo_tiny`) or a path to a YAML file."""
+    if name_or_path.endswith((".yaml", ".yml")) or os.sep in name_or_path:
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {name_or_path}")
+        return path
+    path = CONFIG_DIR / f"{name_or_path}.yaml"
+    if not path.is_file():
+        names = ", ".join(available(CONFIG_DIR)) or "(none)"
+        raise ConfigError(f"unknown experiment config '{name_or_path}'; available in {CONFIG_DIR}: {names}")
+    return path
+
+
+def env_config_dirs(experiment: Path) -> list[Path]:
+    """`env_configs/` next to the experiment's folder (user projects), then the repo's."""
+    dirs = [experiment.resolve().parent.parent / "env_configs", ENV_CONFIG_DIR]
+    return list(dict.fromkeys(d for d in dirs if d.is_dir()))
+
+
+def find_env_config(name: str, section: str, dirs: Sequence[Path]) -> Path:
+    for d in dirs:
+        if (d / f"{name}.yaml").is_file():
+            return d / f"{name}.yaml"
+    names = sorted({n for d in dirs for n in available(d)})
+    raise ConfigError(
+        f"env.{section}: unknown env config '{name}'; available: {', '.join(names) or '(none)'} "
+        f"(in {', '.join(str(d) for d in dirs) or ENV_CONFIG_DIR})"
+    )
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except (OmegaConfBaseException, yaml.YAMLError) as err:
+        raise ConfigError(f"{path}: invalid YAML: {str(err).splitlines()[0]}") from err
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys, got {type(data).__name__}")
+    return data
+
+
+def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """Mappings merge key by key; everything else (lists included) is replaced."""
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _parse_defaults(defaults: Any, path: Path) -> dict[str, str]:
+    if not isinstance(defaults, list):
+        raise ConfigError(f"{path}: 'defaults' must be a list like [env/<name>@env.train, env/<name>@env.eval]")
+    picks: dict[str, str] = {}
+    for entry in defaults:
+        match = _DEFAULTS_ENTRY.match(str(entry)) if entry != "_self_" else None
+        if entry == "_self_":
+            continue  # Hydra's marker; this loader always applies the file after its defaults
+        if match is None:
+            raise ConfigError(f"{path}: defaults entry '{entry}' not understood; expected env/<name>@env.train or env/<name>@env.eval")
+        picks[match["section"]] = match["name"]
+    return picks
+
+
+def compose(name_or_path: str, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The merged, unresolved config tree (plain dicts)."""
+    experiment = find_experiment(name_or_path)
+    raw = read_yaml(experiment)
+    picks = _parse_defaults(raw.pop("defaults", []), experiment)
+    env_raw = raw.get("env")
+    if isinstance(env_raw, dict):  # `env: {train: <name>}` in the YAML also picks by name
+        for section in ENV_SECTIONS:
+            if isinstance(env_raw.get(section), str):
+                picks[section] = env_raw.pop(section)
+    parsed = [parse_override(o) for o in overrides]
+    for ov in parsed:
+        if ov.key in ("env.train", "env.eval") and isinstance(ov.value, str):
+            picks[ov.key.split(".")[1]] = ov.value
+
+    tree = dataclasses.asdict(RootConfig())
+    dirs = env_config_dirs(experiment)
+    for section, name in picks.items():
+        env_yaml = read_yaml(find_env_config(name, section, dirs))
+        tree["env"][section] = deep_merge(dataclasses.asdict(EnvConfig()), env_yaml)
+    tree = deep_merge(tree, raw)
+    for ov in parsed:
+        if ov.key in ("env.train", "env.eval") and isinstance(ov.value, str):
+            continue
+        apply_override(tree, ov)
+    return tree
+
+
+def resolve(tree: dict[str, Any]) -> dict[str, Any]:
+    """Resolve `${...}` interpolations; errors name the key that holds the interpolation."""
+    try:
+        return OmegaConf.to_container(OmegaConf.create(tree), resolve=True, throw_on_missing=False)
+    except OmegaConfBaseException as err:
+        key = getattr(err, "full_key", None) or "config"
+        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ConfigError(f"{key}: {msg}") from err
+
+
+def validate(data: dict[str, Any]) -> RootConfig:
+    """Check a resolved tree against the schema, the simulator backends and cross-key rules."""
+    _check_env_picked(data)
+    cfg = build(RootConfig, data, "")
+    for section in ENV_SECTIONS:
+        env_cfg: EnvConfig = getattr(cfg.env, section)
+        env_cfg.init_params = _validate_init_params(env_cfg, f"env.{section}")
+    checks.run_checks(cfg)
+    return cfg
+
+
+def _check_env_picked(data: dict[str, Any]) -> None:
+    env = data.get("env")
+    for section in ENV_SECTIONS:
+        if isinstance(env, dict) and isinstance(env.get(section), dict) and env[section].get("env_type") == "???":
+            names = ", ".join(available(ENV_CONFIG_DIR)) or "(none)"
+            raise ConfigError(
+                f"env.{section}: no env config chosen; add env/<name>@env.{section} to 'defaults' "
+                f"or pass env.{section}=<name> (available: {names})"
+            )
+
+
+def _validate_init_params(env_cfg: EnvConfig, path: str) -> dict[str, Any]:
+    from embodied_rl.envs.backend import get_simulator
+
+    try:
+        backend = get_simulator(env_cfg.env_type)
+    except KeyError as err:
+        raise ConfigError(f"{path}.env_type: {err.args[0]} (is its simulator package installed?)") from err
+    params_cls = getattr(backend, "params_cls", None)
+    if params_cls is None or not dataclasses.is_dataclass(params_cls):
+        raise TypeError(f"simulator backend {backend.__name__} must define params_cls as a dataclass")
+    params = build(params_cls, env_cfg.init_params, f"{path}.init_params")
+    return dataclasses.asdict(params)
+
+
+def load_config(name_or_path: str = DEFAULT_EXPERIMENT, overrides: Sequence[str] = ()) -> RootConfig:
+    """Compose, resolve and validate an experiment config; raises ConfigError (one line)."""
+    return validate(resolve(compose(name_or_path, overrides)))
+
+
+def config_from_dict(data: dict[str, Any]) -> RootConfig:
+    """Validate an already composed tree (e.g. a run's saved config.yaml sent to a worker)."""
+    return validate(resolve(data))
+
+
+def to_dict(cfg: RootConfig) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def to_yaml(cfg: RootConfig) -> str:
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True)
+
+
+def save_resolved_config(cfg: RootConfig, run_dir: str | os.PathLike[str]) -> Path:
+    """Write `<run_dir>/config.yaml` (fully resolved; loadable with load_config(path))."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "config.yaml"
+    tmp = path.with_suffix(".yaml.tmp")
+    tmp.write_text(to_yaml(cfg))
+    tmp.replace(path)  # atomic: a crash never leaves a half-written config
+    return path
+
+
+__all__ = [
+    "load_config",
+    "config_from_dict",
+    "compose",
+    "resolve",
+    "validate",
+    "to_dict",
+    "to_yaml",
+    "save_resolved_config",
+    "find_experiment",
+]

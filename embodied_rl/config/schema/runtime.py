@@ -1,0 +1,131 @@
+"""Schema of the runtime sections: `cluster`, `runner`, `env` (group level), `rollout`, `actor`.
+
+Key names follow RLinf's YAML reference where the concept exists. Only keys the runtime
+acts on are listed: a key that is accepted and ignored is a bug (see docs/CONFIG.md).
+Choices are `Literal` types so the loader rejects a wrong value with the list of valid ones.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from embodied_rl.config.schema.env import EnvConfig
+from embodied_rl.config.schema.model import ModelConfig
+
+Dtype = Literal["fp32", "bf16", "fp16"]
+LoggerBackend = Literal["console", "tensorboard", "wandb"]
+
+
+@dataclass
+class ClusterConfig:
+    num_nodes: int = field(default=1, metadata={"help": "Nodes of the Ray cluster to use; the run waits until this many are connected."})
+    component_placement: dict[str, str] = field(
+        default_factory=lambda: {"actor,env,rollout": "all"},
+        metadata={"help": "Mapping 'component[,component...]' -> ranks: 'all', '3', '0,2', '0-3', '0-3,5'. Ranks are GPUs (CPU worker slots on a machine without GPUs)."},
+    )
+    address: str | None = field(default=None, metadata={"help": "Ray address of an existing cluster (e.g. 10.0.0.1:6379); null = $RAY_ADDRESS if set, else start Ray locally."})
+
+
+@dataclass
+class LoggerConfig:
+    log_path: str = field(default="${runner.output_dir}/${runner.experiment_name}", metadata={"help": "Run directory: resolved config, metrics, checkpoints and videos go here."})
+    project_name: str = field(default="embodied_rl", metadata={"help": "wandb project name."})
+    experiment_name: str = field(default="${runner.experiment_name}", metadata={"help": "Run name shown by wandb and TensorBoard."})
+    logger_backends: list[LoggerBackend] = field(
+        default_factory=lambda: ["console", "tensorboard"],
+        metadata={"help": "Metric sinks: console | tensorboard | wandb (wandb runs offline when no API key is configured)."},
+    )
+
+
+@dataclass
+class RunnerConfig:
+    experiment_name: str = field(default="default", metadata={"help": "Name of the run; the run directory is <output_dir>/<experiment_name>."})
+    output_dir: str = field(default="runs", metadata={"help": "Parent directory of run directories (relative to the working directory)."})
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    max_steps: int = field(default=10, metadata={"help": "Training steps (rollout -> advantages -> update -> weight sync) before the run stops."})
+    val_check_interval: int = field(default=-1, metadata={"help": "Run an evaluation rollout on env.eval every N training steps; -1 = never."})
+    save_interval: int = field(default=-1, metadata={"help": "Save a checkpoint every N training steps (and always at the end and on Ctrl-C); -1 = only at the end and on Ctrl-C."})
+    only_eval: bool = field(default=False, metadata={"help": "Evaluate the policy on env.eval without training (what `embodied-rl eval` sets)."})
+    resume_dir: str | None = field(default=None, metadata={"help": "Checkpoint directory to resume training from (weights, optimizer, scheduler, RNG, step); 'latest' = newest in this run directory."})
+    ckpt_path: str | None = field(default=None, metadata={"help": "Checkpoint to load the policy weights from before training or evaluation (not the optimizer); null = actor.model.model_path only."})
+    seed: int = field(default=1234, metadata={"help": "Global seed (Python, NumPy, torch) of the driver and every worker (offset by worker rank)."})
+
+
+@dataclass
+class ChannelConfig:
+    name: str = field(default="env_buffer_list", metadata={"help": "Channel name; workers that name the same channel exchange data through it."})
+    queue_name: str = field(default="obs_buffer", metadata={"help": "Queue within the channel this component writes to."})
+    queue_size: int = field(default=0, metadata={"help": "Bound of the queue in batches (a full queue blocks the producer); 0 = unbounded."})
+
+
+@dataclass
+class EnvGroupConfig:
+    group_name: str = field(default="EnvGroup", metadata={"help": "Name of the env worker group (Ray actor names and logs)."})
+    channel: ChannelConfig = field(default_factory=ChannelConfig)
+    enable_offload: bool = field(default=False, metadata={"help": "Stop the simulators' renderers between rollouts so a collocated actor can use the memory."})
+    train: EnvConfig = field(default_factory=EnvConfig)
+    eval: EnvConfig = field(default_factory=EnvConfig)
+
+
+@dataclass
+class RolloutModelConfig:
+    model_path: str = field(default="${actor.model.model_path}", metadata={"help": "Checkpoint the rollout workers load before the first weight sync."})
+
+
+@dataclass
+class RolloutConfig:
+    group_name: str = field(default="RolloutGroup", metadata={"help": "Name of the rollout worker group."})
+    channel: ChannelConfig = field(
+        default_factory=lambda: ChannelConfig(name="${env.channel.name}", queue_name="action_buffer"),
+    )
+    backend: Literal["huggingface", "vllm"] = field(default="huggingface", metadata={"help": "Inference engine: huggingface (batched torch forward). vllm is not implemented yet."})
+    pipeline_stage_num: int = field(default=1, metadata={"help": "Env sub-batches per worker that alternate between stepping and inference; 2 overlaps env stepping with policy inference, 1 = no overlap."})
+    enable_offload: bool = field(default=False, metadata={"help": "Move the rollout model off the accelerator while the actor trains (collocated placement)."})
+    model: RolloutModelConfig = field(default_factory=RolloutModelConfig)
+
+
+@dataclass
+class OptimConfig:
+    lr: float = field(default=1.0e-4, metadata={"help": "AdamW learning rate of the policy parameters."})
+    value_lr: float = field(default=3.0e-3, metadata={"help": "AdamW learning rate of the value head (its own parameter group)."})
+    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW beta1."})
+    adam_beta2: float = field(default=0.999, metadata={"help": "AdamW beta2."})
+    adam_eps: float = field(default=1.0e-5, metadata={"help": "AdamW epsilon."})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW decoupled weight decay."})
+    clip_grad: float = field(default=1.0, metadata={"help": "Clip the global gradient norm to this value; <= 0 = no clipping (the norm is still logged)."})
+    lr_scheduler: Literal["constant", "cosine", "linear"] = field(default="constant", metadata={"help": "Learning-rate schedule over runner.max_steps after warm-up: constant | cosine | linear (decay to min_lr)."})
+    lr_warmup_steps: int = field(default=0, metadata={"help": "Training steps of linear warm-up from 0 to lr (and value_lr)."})
+    min_lr: float = field(default=0.0, metadata={"help": "Final learning rate of the cosine and linear schedules."})
+
+
+@dataclass
+class MixedPrecisionConfig:
+    param_dtype: Dtype = field(default="${actor.model.precision}", metadata={"help": "Dtype of parameters in forward/backward: fp32 | bf16 | fp16."})
+    reduce_dtype: Dtype = field(default="fp32", metadata={"help": "Dtype of the gradient reduce-scatter/all-reduce."})
+    buffer_dtype: Dtype = field(default="fp32", metadata={"help": "Dtype of module buffers."})
+
+
+@dataclass
+class FSDPConfig:
+    sharding_strategy: Literal["full_shard", "shard_grad_op", "no_shard"] = field(
+        default="full_shard",
+        metadata={"help": "full_shard: params re-sharded after forward; shard_grad_op: kept gathered until backward ends; no_shard: replicated (DDP-like)."},
+    )
+    mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)
+    cpu_offload: bool = field(default=False, metadata={"help": "Keep sharded parameters, gradients and optimizer state in CPU memory (FSDP2 CPUOffloadPolicy)."})
+
+
+@dataclass
+class ActorConfig:
+    group_name: str = field(default="ActorGroup", metadata={"help": "Name of the actor (training) worker group."})
+    channel: ChannelConfig = field(
+        default_factory=lambda: ChannelConfig(name="${env.channel.name}", queue_name="replay_buffer"),
+    )
+    training_backend: Literal["fsdp"] = field(default="fsdp", metadata={"help": "Training engine: fsdp (torch FSDP2; gloo on CPU, NCCL on GPU)."})
+    micro_batch_size: int = field(default=8, metadata={"help": "Samples per forward/backward on each actor rank; gradients are accumulated up to global_batch_size."})
+    global_batch_size: int = field(default=160, metadata={"help": "Samples per optimizer step over all actor ranks; must be a multiple of micro_batch_size x actor world size."})
+    enable_offload: bool = field(default=False, metadata={"help": "Move weights, gradients and optimizer state to CPU while the rollout runs (collocated placement)."})
+    seed: int = field(default="${runner.seed}", metadata={"help": "Seed of parameter initialisation (value head, LoRA) and minibatch shuffling."})  # type: ignore[assignment]
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
