@@ -1,0 +1,98 @@
+"""The policy interface the rollout and actor workers use, independent of the architecture.
+
+FSDP2 note: `fully_shard` hooks run on `forward` only, so `predict` and `evaluate_actions`
+are thin wrappers that go through `self(...)` (i.e. `forward(inputs, mode=...)`). Calling
+them on an FSDP-wrapped policy therefore gathers parameters correctly.
+"""
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from embodied_rl.envs.messages import EnvObservation
+
+if TYPE_CHECKING:
+    from embodied_rl.config.schema.model import ModelConfig
+
+
+@dataclass
+class PolicyOutput:
+    """One rollout forward pass for B observations (C = num_action_chunks, A = action_dim).
+
+    actions:        float32 [B, C, A] un-normalised with the checkpoint's dataset statistics.
+    action_tokens:  int64 [B, C*A] sampled tokens as *relative* bins 0..255 (the column of the
+                    256-wide action logits); absolute vocabulary id = base_vocab - 256 + token.
+    logprobs:       float32 [B, C*A] log pi(token) under the processed (temperature, top-k) distribution.
+    entropy:        float32 [B, C*A] entropy of each token's processed distribution.
+    values:         float32 [B, 1] (chunk_level) or [B, C] (action_level); None without a value head.
+    forward_inputs: batch-first tensors that re-score the tokens with evaluate_actions.
+    """
+
+    actions: torch.Tensor
+    action_tokens: torch.Tensor
+    logprobs: torch.Tensor
+    entropy: torch.Tensor
+    values: torch.Tensor | None
+    forward_inputs: dict[str, torch.Tensor]
+
+
+class BasePolicy(nn.Module):
+    """A stochastic VLA policy with an optional value head."""
+
+    model_cfg: ModelConfig
+
+    @abstractmethod
+    def prepare_inputs(self, obs: EnvObservation) -> dict[str, torch.Tensor]:
+        """Processor: images (+wrist), instructions (+states) -> batch-first model inputs (on CPU)."""
+
+    def predict(self, inputs: dict[str, torch.Tensor], *, do_sample: bool, temperature: float = 1.0, top_k: int = 0,
+                compute_values: bool = True, generator: torch.Generator | None = None) -> PolicyOutput:
+        """One forward pass producing a chunk of actions (call under torch.no_grad for rollouts)."""
+        return self(inputs, mode="predict", do_sample=do_sample, temperature=temperature, top_k=top_k,
+                    compute_values=compute_values, generator=generator)
+
+    def evaluate_actions(self, inputs: dict[str, torch.Tensor], action_tokens: torch.Tensor, *, temperature: float = 1.0,
+                         top_k: int = 0, compute_values: bool = True) -> dict[str, torch.Tensor]:
+        """Re-score stored tokens with gradients: {"logprobs", "entropy" [B, C*A], "values" [B, 1|C] or None}."""
+        return self(inputs, mode="evaluate", action_tokens=action_tokens, temperature=temperature, top_k=top_k,
+                    compute_values=compute_values)
+
+    def forward(self, inputs: dict[str, torch.Tensor], mode: str = "evaluate", **kwargs: Any) -> Any:
+        if mode == "predict":
+            return self._predict(inputs, **kwargs)
+        if mode == "evaluate":
+            return self._evaluate(inputs, **kwargs)
+        raise ValueError(f"unknown policy forward mode {mode!r}: expected 'predict' or 'evaluate'")
+
+    @abstractmethod
+    def _predict(self, inputs: dict[str, torch.Tensor], **kwargs: Any) -> PolicyOutput: ...
+
+    @abstractmethod
+    def _evaluate(self, inputs: dict[str, torch.Tensor], **kwargs: Any) -> dict[str, torch.Tensor]: ...
+
+    @abstractmethod
+    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
+        """What weight sync sends: LoRA + value head (+ proprio projector) when is_lora, else everything."""
+
+    @abstractmethod
+    def load_trainable_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
+        """Inverse of trainable_state_dict (exact key set; a mismatch is an error)."""
+
+    @abstractmethod
+    def fsdp_units(self) -> list[nn.Module]:
+        """Submodules to wrap with fully_shard individually (then wrap the policy itself as root)."""
+
+    @abstractmethod
+    def save_checkpoint(self, out_dir: str | Path) -> None:
+        """Write a checkpoint that `from_checkpoint(out_dir, model_cfg)` restores exactly."""
+
+    @classmethod
+    @abstractmethod
+    def from_checkpoint(cls, path: str | Path, model_cfg: ModelConfig, *, device: torch.device | str = "cpu",
+                        dtype: torch.dtype | None = None) -> BasePolicy:
+        """Build the policy from a checkpoint directory (model_cfg.model_path is ignored in favour of `path`)."""

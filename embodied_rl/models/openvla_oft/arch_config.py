@@ -1,0 +1,107 @@
+"""The checkpoint's architecture description: official `config.json` (model_type "openvla").
+
+Only what the official `OpenVLAConfig` stores is read, plus one optional field of ours,
+`timm_override_args`, that shrinks the timm towers for the tiny preset (absent in official
+checkpoints, which use the towers' native sizes).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from embodied_rl.errors import UserError
+
+CONFIG_NAME = "config.json"
+# Official ids (vision_backbone_id "dinosiglip-vit-so-224px").
+DINOSIGLIP_TIMM_IDS = ["vit_large_patch14_reg4_dinov2.lvd142m", "vit_so400m_patch14_siglip_224"]
+
+
+class CheckpointError(UserError):
+    """A checkpoint directory is missing files or holds tensors that do not match the model."""
+
+
+@dataclass
+class OpenVLAArchConfig:
+    """Architecture fields of config.json. `text_config` is a LlamaConfig dict."""
+
+    text_config: dict[str, Any]
+    timm_model_ids: list[str] = field(default_factory=lambda: list(DINOSIGLIP_TIMM_IDS))
+    image_sizes: list[int] = field(default_factory=lambda: [224, 224])
+    use_fused_vision_backbone: bool = True
+    pad_token_id: int = 32000
+    pad_to_multiple_of: int = 64
+    n_action_bins: int = 256
+    timm_override_args: list[dict[str, Any]] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # other official fields, written back unchanged
+
+    @property
+    def llm_hidden_size(self) -> int:
+        return int(self.text_config["hidden_size"])
+
+    @property
+    def base_vocab_size(self) -> int:
+        """Tokenizer vocabulary before padding (32000 for Llama-2): action ids count down from it."""
+        return int(self.text_config["vocab_size"]) - int(self.pad_to_multiple_of)
+
+    @property
+    def image_size(self) -> int:
+        return int(self.image_sizes[0])
+
+    def to_json_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "model_type": "openvla",
+            "architectures": ["OpenVLAForActionPrediction"],
+            "vision_backbone_id": "dinosiglip-vit-so-224px" if self.use_fused_vision_backbone else self.timm_model_ids[0],
+            "llm_backbone_id": "llama2-7b-pure",
+            "arch_specifier": "no-align+fused-gelu-mlp" if self.use_fused_vision_backbone else "no-align+gelu-mlp",
+            "use_fused_vision_backbone": self.use_fused_vision_backbone,
+            "image_resize_strategy": "resize-naive",
+            "timm_model_ids": list(self.timm_model_ids),
+            "timm_override_act_layers": [None] * len(self.timm_model_ids),
+            "image_sizes": list(self.image_sizes),
+            "text_config": dict(self.text_config),
+            "llm_max_length": 2048,
+            "pad_token_id": self.pad_token_id,
+            "pad_to_multiple_of": self.pad_to_multiple_of,
+            "n_action_bins": self.n_action_bins,
+            "output_projector_states": False,
+            "torch_dtype": "float32",
+        }
+        out.update(self.extra)
+        if self.timm_override_args is not None:
+            out["timm_override_args"] = self.timm_override_args
+        return out
+
+    @classmethod
+    def from_json_dict(cls, d: dict[str, Any], source: str = CONFIG_NAME) -> OpenVLAArchConfig:
+        if d.get("model_type") not in ("openvla", "prismatic"):
+            raise CheckpointError(f"{source}: model_type is {d.get('model_type')!r}, expected 'openvla' (an OpenVLA / OpenVLA-OFT checkpoint)")
+        if "text_config" not in d or "hidden_size" not in d["text_config"]:
+            raise CheckpointError(f"{source}: missing text_config.hidden_size; is this an OpenVLA checkpoint config?")
+        known = {"text_config", "timm_model_ids", "image_sizes", "use_fused_vision_backbone", "pad_token_id",
+                 "pad_to_multiple_of", "n_action_bins", "timm_override_args"}
+        derived = {"model_type", "architectures", "vision_backbone_id", "llm_backbone_id", "arch_specifier",
+                   "image_resize_strategy", "timm_override_act_layers", "llm_max_length", "output_projector_states",
+                   "torch_dtype", "norm_stats", "transformers_version"}
+        kwargs = {k: d[k] for k in known if k in d}
+        text = dict(kwargs["text_config"])
+        text.setdefault("model_type", "llama")
+        kwargs["text_config"] = text
+        cfg = cls(**kwargs, extra={k: v for k, v in d.items() if k not in known | derived})
+        if len(cfg.timm_model_ids) != (2 if cfg.use_fused_vision_backbone else 1):
+            raise CheckpointError(f"{source}: timm_model_ids has {len(cfg.timm_model_ids)} entries but use_fused_vision_backbone={cfg.use_fused_vision_backbone}")
+        return cfg
+
+    @classmethod
+    def load(cls, ckpt_dir: str | Path) -> OpenVLAArchConfig:
+        path = Path(ckpt_dir) / CONFIG_NAME
+        if not path.is_file():
+            raise CheckpointError(f"{path} not found; model_path must be a checkpoint directory in the HF layout (make one with `embodied-rl make-model tiny DIR`)")
+        with open(path) as f:
+            return cls.from_json_dict(json.load(f), str(path))
+
+    def save(self, ckpt_dir: str | Path) -> None:
+        with open(Path(ckpt_dir) / CONFIG_NAME, "w") as f:
+            json.dump(self.to_json_dict(), f, indent=2)

@@ -1,0 +1,59 @@
+"""Small MLPs around the LLM: vision projector, proprio projector, value head."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class PrismaticProjector(nn.Module):
+    """Vision features -> LLM embeddings. Fused: fc1 (4x), GELU, fc2, GELU, fc3; else fc1, GELU, fc2."""
+
+    def __init__(self, use_fused: bool, vision_dim: int, llm_dim: int) -> None:
+        super().__init__()
+        self.use_fused = use_fused
+        if use_fused:
+            self.fc1 = nn.Linear(vision_dim, 4 * vision_dim)
+            self.fc2 = nn.Linear(4 * vision_dim, llm_dim)
+            self.fc3 = nn.Linear(llm_dim, llm_dim)
+        else:
+            self.fc1 = nn.Linear(vision_dim, llm_dim)
+            self.fc2 = nn.Linear(llm_dim, llm_dim)
+        self.act = nn.GELU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.fc2(self.act(self.fc1(x)))
+        return self.fc3(self.act(x)) if self.use_fused else x
+
+
+class ProprioProjector(nn.Module):
+    """Normalised proprio state [B, D] -> one LLM token [B, H] (official OFT: fc1, GELU, fc2)."""
+
+    def __init__(self, proprio_dim: int, llm_dim: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(proprio_dim, llm_dim)
+        self.fc2 = nn.Linear(llm_dim, llm_dim)
+        self.act_fn1 = nn.GELU()
+
+    def forward(self, proprio: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act_fn1(self.fc1(proprio)))
+
+
+class ValueHead(nn.Module):
+    """Critic on the hidden state before the first action slot: H -> 512 -> 128 -> out (no last bias).
+
+    Layer names avoid the LoRA target suffixes (fc1/fc2/proj) so adapters never wrap it.
+    """
+
+    def __init__(self, hidden_size: int, out_dim: int) -> None:
+        super().__init__()
+        self.head_l1 = nn.Linear(hidden_size, 512)
+        self.head_l2 = nn.Linear(512, 128)
+        self.head_l3 = nn.Linear(128, out_dim, bias=False)
+        self.act = nn.GELU()
+        for layer in (self.head_l1, self.head_l2):
+            nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
+            nn.init.zeros_(layer.bias)
+        nn.init.normal_(self.head_l3.weight, std=0.02)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.head_l3(self.act(self.head_l2(self.act(self.head_l1(h)))))

@@ -1,0 +1,255 @@
+"""OpenVLA-OFT as an RL policy: processor, parallel decoding, log-probs, value head, checkpoints."""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import PreTrainedTokenizerFast
+
+from embodied_rl.config.schema.model import ModelConfig
+from embodied_rl.envs.messages import EnvObservation
+from embodied_rl.errors import ConfigError
+from embodied_rl.models.base import BasePolicy, PolicyOutput
+from embodied_rl.models.openvla_oft import checkpoint as ckpt
+from embodied_rl.models.openvla_oft import lora
+from embodied_rl.models.openvla_oft import sampling as S
+from embodied_rl.models.openvla_oft.actions import STATS_NAME, ActionTokenizer, BoundsQ99, load_dataset_statistics, resolve_unnorm_key
+from embodied_rl.models.openvla_oft.arch_config import CheckpointError, OpenVLAArchConfig
+from embodied_rl.models.openvla_oft.heads import ProprioProjector, ValueHead
+from embodied_rl.models.openvla_oft.modeling import OpenVLAOFTModel, check_attn_implementation
+from embodied_rl.models.openvla_oft.processor import ImageTransform, PromptTokenizer
+from embodied_rl.models.registry import register_policy
+
+logger = logging.getLogger(__name__)
+PREPROCESSOR_NAME = "preprocessor_config.json"
+VALUE_HEAD = "value_head"
+PROPRIO_PROJECTOR = "proprio_projector"
+
+
+def tower_norm_stats(core: OpenVLAOFTModel) -> tuple[list, list]:
+    """Per-tower (means, stds) the timm towers were pre-trained with (DINOv2: ImageNet, SigLIP: 0.5)."""
+    towers = core.vision_backbone.towers
+    return [list(t.pretrained_cfg["mean"]) for t in towers], [list(t.pretrained_cfg["std"]) for t in towers]
+
+
+def checkpoint_norm_stats(ckpt_dir: Path) -> tuple[list, list] | None:
+    """Per-tower (means, stds) from preprocessor_config.json, None when the file is absent."""
+    path = ckpt_dir / PREPROCESSOR_NAME
+    if not path.is_file():
+        return None
+    with open(path) as f:
+        pre = json.load(f)
+    if "means" not in pre or "stds" not in pre:
+        raise CheckpointError(f"{path} lacks 'means'/'stds' (one list of 3 per vision tower)")
+    return pre["means"], pre["stds"]
+
+
+@register_policy("openvla_oft")
+class OpenVLAOFTPolicy(BasePolicy):
+    """Inputs (batch-first): input_ids/attention_mask int64 [B, L], pixel_values float [B, 6*N_img, S, S], proprio float [B, D]."""
+
+    def __init__(self, model_cfg: ModelConfig, arch: OpenVLAArchConfig, tokenizer: Any, stats: dict[str, Any],
+                 image_norm: tuple[list, list] | None = None) -> None:
+        """image_norm: per-tower (means, stds); None = the timm towers' own normalisation."""
+        super().__init__()
+        self.model_cfg, self.arch, self.tokenizer, self.stats = model_cfg, arch, tokenizer, stats
+        if model_cfg.image_size is not None and model_cfg.image_size != arch.image_size:
+            raise ConfigError(f"actor.model.image_size={model_cfg.image_size} but the checkpoint is built for {arch.image_size} px; set it to {arch.image_size} or null")
+        if tokenizer.vocab_size != arch.base_vocab_size:
+            raise CheckpointError(f"tokenizer vocab_size {tokenizer.vocab_size} != text_config.vocab_size - pad_to_multiple_of = {arch.base_vocab_size}; tokenizer and config.json disagree")
+        self.vla: nn.Module = OpenVLAOFTModel(arch, num_images_in_input=model_cfg.num_images_in_input, attn_implementation=model_cfg.attn_implementation)
+        hidden = arch.llm_hidden_size
+        self.proprio_projector = ProprioProjector(model_cfg.proprio_dim, hidden) if model_cfg.use_proprio else None
+        self.value_head = ValueHead(hidden, model_cfg.value_dim) if model_cfg.add_value_head else None
+        self.unnorm_key = resolve_unnorm_key(stats, model_cfg.unnorm_key)
+        self.action_norm = BoundsQ99(stats[self.unnorm_key]["action"], f"{self.unnorm_key}.action")
+        if self.action_norm.dim != model_cfg.action_dim:
+            raise ConfigError(f"actor.model.action_dim={model_cfg.action_dim} but {STATS_NAME}[{self.unnorm_key}] has {self.action_norm.dim}-d actions")
+        self.proprio_norm = None
+        if model_cfg.use_proprio:
+            if "proprio" not in stats[self.unnorm_key]:
+                raise ConfigError(f"actor.model.use_proprio=true but {STATS_NAME}[{self.unnorm_key}] has no 'proprio' statistics")
+            self.proprio_norm = BoundsQ99(stats[self.unnorm_key]["proprio"], f"{self.unnorm_key}.proprio")
+        self.action_tokenizer = ActionTokenizer(arch.base_vocab_size, arch.n_action_bins)
+        self.prompt_tokenizer = PromptTokenizer(tokenizer, model_cfg.max_prompt_length, arch.pad_token_id)
+        means, stds = image_norm or tower_norm_stats(self.vla)
+        self.image_transform = ImageTransform(arch.image_size, means, stds, center_crop=model_cfg.center_crop)
+        images_made_for = arch.extra.get("num_images_in_input")
+        if images_made_for is not None and images_made_for != model_cfg.num_images_in_input:
+            raise ConfigError(f"actor.model.num_images_in_input={model_cfg.num_images_in_input} but this checkpoint was made for {images_made_for} camera(s)")
+
+    # ----------------------------------------------------------------- inputs
+    def prepare_inputs(self, obs: EnvObservation) -> dict[str, torch.Tensor]:
+        n_img = self.model_cfg.num_images_in_input
+        images = [obs.main_images]
+        if n_img >= 2:
+            if obs.wrist_images is None:
+                raise ConfigError(f"actor.model.num_images_in_input={n_img} but the env provides no wrist camera; set it to 1")
+            images.append(obs.wrist_images)
+        if len(images) != n_img:
+            raise ConfigError(f"actor.model.num_images_in_input={n_img} is not supported by EnvObservation (1 main + 1 wrist camera)")
+        input_ids, attention_mask = self.prompt_tokenizer(obs.task_descriptions)
+        out = {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "pixel_values": torch.cat([self.image_transform(im) for im in images], dim=1),
+        }
+        if self.proprio_norm is not None:
+            states = torch.as_tensor(obs.states, dtype=torch.float32)
+            if states.shape[-1] != self.model_cfg.proprio_dim:
+                raise ConfigError(f"actor.model.proprio_dim={self.model_cfg.proprio_dim} but the env state has {states.shape[-1]} dims")
+            out["proprio"] = self.proprio_norm.normalize(states)
+        return out
+
+    # ---------------------------------------------------------------- forward
+    def _logits_and_values(self, inputs: dict[str, torch.Tensor], compute_values: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        dev = next(self.vla.parameters()).device
+        extra = None
+        if self.proprio_projector is not None:
+            if "proprio" not in inputs:
+                raise ValueError("inputs lack 'proprio' but actor.model.use_proprio=true")
+            proj_dtype = self.proprio_projector.fc1.weight.dtype
+            extra = self.proprio_projector(inputs["proprio"].to(dev, proj_dtype)).unsqueeze(1)
+        logits, hidden = self.vla(
+            inputs["input_ids"].to(dev), inputs["attention_mask"].to(dev), inputs["pixel_values"].to(dev),
+            self.model_cfg.num_action_tokens, extra, self.model_cfg.append_stop_token,
+        )
+        values = None
+        if compute_values and self.value_head is not None:
+            # The hidden state just before the first action slot (the '▁' token) summarises the observation.
+            values = self.value_head(hidden[:, 0].to(self.value_head.head_l1.weight.dtype)).float()
+        return logits, values
+
+    def _predict(self, inputs: dict[str, torch.Tensor], *, do_sample: bool, temperature: float, top_k: int,
+                 compute_values: bool = True, generator: torch.Generator | None = None) -> PolicyOutput:
+        logits, values = self._logits_and_values(inputs, compute_values)
+        processed = S.process_logits(logits, temperature, top_k)
+        tokens = S.sample_tokens(processed, do_sample, generator)
+        normed = self.action_tokenizer.decode(tokens).view(tokens.shape[0], self.model_cfg.num_action_chunks, self.model_cfg.action_dim)
+        return PolicyOutput(
+            actions=self.action_norm.unnormalize(normed),
+            action_tokens=tokens,
+            logprobs=S.token_logprobs(processed, tokens),
+            entropy=S.token_entropy(processed),
+            values=values,
+            forward_inputs=dict(inputs),
+        )
+
+    def _evaluate(self, inputs: dict[str, torch.Tensor], *, action_tokens: torch.Tensor, temperature: float, top_k: int,
+                  compute_values: bool = True) -> dict[str, torch.Tensor]:
+        logits, values = self._logits_and_values(inputs, compute_values)
+        processed = S.process_logits(logits, temperature, top_k)
+        tokens = action_tokens.to(processed.device).long()
+        return {"logprobs": S.token_logprobs(processed, tokens), "entropy": S.token_entropy(processed), "values": values}
+
+    # ---------------------------------------------------------- weights / FSDP
+    def _trainable_keys(self) -> list[str]:
+        keys = list(self.state_dict())
+        if not self.model_cfg.is_lora:
+            return keys
+        return [k for k in keys if "lora_" in k or k.startswith((f"{VALUE_HEAD}.", f"{PROPRIO_PROJECTOR}."))]
+
+    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
+        sd = self.state_dict()
+        return {k: sd[k].detach() for k in self._trainable_keys()}
+
+    def load_trainable_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
+        expected = set(self._trainable_keys())
+        if set(sd) != expected:
+            missing, extra = sorted(expected - set(sd)), sorted(set(sd) - expected)
+            raise ValueError(f"trainable state dict mismatch: missing {missing[:5]}, unexpected {extra[:5]} (is_lora/add_value_head must match on both sides)")
+        self.load_state_dict(sd, strict=False)
+
+    def fsdp_units(self) -> list[nn.Module]:
+        core = lora.unwrap(self.vla)
+        units: list[nn.Module] = [*(b for t in core.vision_backbone.towers for b in t.blocks), core.projector]
+        units += list(core.language_model.model.layers)
+        units += [m for m in (self.proprio_projector, self.value_head) if m is not None]
+        return units
+
+    # ------------------------------------------------------------- checkpoints
+    def save_checkpoint(self, out_dir: str | Path) -> None:
+        """Official layout (+ value_head / proprio_projector safetensors, + lora_adapter/ when is_lora)."""
+        self._write(Path(out_dir), lora.base_state_dict(self.vla), with_adapters=True)
+
+    def export_merged(self, out_dir: str | Path) -> None:
+        """Plain checkpoint with LoRA folded into the weights: loads with is_lora=false, no peft needed."""
+        self._write(Path(out_dir), lora.merged_core(self.vla).state_dict(), with_adapters=False)
+
+    def _write(self, out: Path, core_sd: dict[str, torch.Tensor], with_adapters: bool) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        self.arch.save(out)
+        ckpt.write_state_dict(core_sd, out)
+        self.tokenizer.save_pretrained(str(out))
+        with open(out / STATS_NAME, "w") as f:
+            json.dump(self.stats, f, indent=2)
+        it = self.image_transform
+        with open(out / PREPROCESSOR_NAME, "w") as f:
+            json.dump({"image_processor_type": "PrismaticImageProcessor", "image_resize_strategy": "resize-naive",
+                       "input_sizes": [[3, it.image_size, it.image_size]] * len(self.arch.timm_model_ids),
+                       "interpolations": ["bicubic"] * len(self.arch.timm_model_ids),
+                       "means": it.means.reshape(-1, 3).tolist(), "stds": it.stds.reshape(-1, 3).tolist(),
+                       "tvf_do_letterbox": False, "use_fused_vision_backbone": self.arch.use_fused_vision_backbone}, f, indent=2)
+        for name in (VALUE_HEAD, PROPRIO_PROJECTOR):
+            if getattr(self, name) is not None:
+                ckpt.save_component(getattr(self, name), out / f"{name}.safetensors")
+        if with_adapters:
+            lora.save_adapters(self.vla, out)
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, model_cfg: ModelConfig, *, device: torch.device | str = "cpu",
+                        dtype: torch.dtype | None = None) -> OpenVLAOFTPolicy:
+        path, device = Path(path), torch.device(device)
+        check_attn_implementation(model_cfg.attn_implementation, device)
+        arch = OpenVLAArchConfig.load(path)
+        stats = load_dataset_statistics(path)
+        if not (path / "tokenizer.json").is_file():
+            raise CheckpointError(f"{path}/tokenizer.json not found; the checkpoint needs its fast-tokenizer files")
+        # The generic fast tokenizer reads tokenizer.json directly: no AutoConfig lookup, no remote code.
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path))
+        policy = cls(model_cfg, arch, tokenizer, stats, checkpoint_norm_stats(path))
+        core = policy.vla
+        ckpt.load_exact(core, ckpt.read_state_dict(path), str(path))
+        policy._load_components(path)
+        adapter_dir = model_cfg.lora_path or (path / lora.ADAPTER_DIR if (path / lora.ADAPTER_DIR).is_dir() else None)
+        if adapter_dir is not None and not model_cfg.is_lora:
+            raise ConfigError(f"{path} holds LoRA adapters ({lora.ADAPTER_DIR}/): set actor.model.is_lora=true, or load a merged export")
+        return policy._finish(adapter_dir, device, dtype)
+
+    def _finish(self, adapter_dir: str | Path | None, device: torch.device, dtype: torch.dtype | None) -> OpenVLAOFTPolicy:
+        """LoRA, gradient checkpointing, placement: the steps shared by checkpoint and preset builds."""
+        core = self.vla
+        if self.model_cfg.is_lora:
+            self.vla = lora.apply_lora(core, self.model_cfg, adapter_dir)
+        if self.model_cfg.gradient_checkpointing:
+            core.vision_backbone.set_grad_checkpointing(True)
+            core.language_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return self.to(device=device, dtype=dtype or torch.float32)
+
+    @classmethod
+    def from_preset(cls, preset: str, model_cfg: ModelConfig, *, device: torch.device | str = "cpu",
+                    dtype: torch.dtype | None = None, **preset_kwargs: Any) -> OpenVLAOFTPolicy:
+        """Random-init policy of a named architecture preset (tiny | openvla-7b), built directly on `device`."""
+        from embodied_rl.models.openvla_oft.presets import make_preset
+
+        device = torch.device(device)
+        check_attn_implementation(model_cfg.attn_implementation, device)
+        arch, tokenizer, stats = make_preset(preset, **preset_kwargs)
+        with device:
+            policy = cls(model_cfg, arch, tokenizer, stats)
+        return policy._finish(None, device, dtype)
+
+    def _load_components(self, path: Path) -> None:
+        for name in (VALUE_HEAD, PROPRIO_PROJECTOR):
+            module = getattr(self, name)
+            found = ckpt.read_component(path, name)
+            if module is None:
+                continue
+            if found is None:  # e.g. a new critic on an SFT checkpoint
+                logger.warning("%s: no %s weights in the checkpoint, starting from a random init", path, name)
+                continue
+            ckpt.load_exact(module, found[0], found[1])

@@ -1,0 +1,41 @@
+"""Pure functions on action logits: temperature/top-k processing, sampling, log-probs, entropy.
+
+All take `logits` float [B, T, K] restricted to the K action bins (K = 256); tokens are
+relative bin indices int64 [B, T]. Each of the T tokens is an independent categorical
+(parallel decoding), so the chunk log-prob is the sum over T.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def process_logits(logits: torch.Tensor, temperature: float, top_k: int) -> torch.Tensor:
+    """[B, T, K] -> float32 [B, T, K]: divide by temperature, keep the top_k largest (top_k <= 0: all)."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 (use do_sample=False for greedy), got {temperature}")
+    x = logits.float() / temperature
+    if 0 < top_k < x.shape[-1]:
+        kth = torch.topk(x, top_k, dim=-1).values[..., -1:]
+        x = x.masked_fill(x < kth, float("-inf"))
+    return x
+
+
+def sample_tokens(processed: torch.Tensor, do_sample: bool, generator: torch.Generator | None = None) -> torch.Tensor:
+    """[B, T, K] processed logits -> int64 [B, T]: multinomial draw, or argmax when not sampling."""
+    if not do_sample:
+        return processed.argmax(dim=-1)
+    probs = torch.softmax(processed, dim=-1)
+    flat = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=generator)
+    return flat.reshape(probs.shape[:-1])
+
+
+def token_logprobs(processed: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """log pi(token) [B, T] from processed logits [B, T, K] and tokens [B, T]."""
+    return torch.log_softmax(processed, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def token_entropy(processed: torch.Tensor) -> torch.Tensor:
+    """Entropy [B, T] of each token's categorical; top-k-masked bins (p = 0) contribute 0."""
+    logp = torch.log_softmax(processed, dim=-1)
+    p = logp.exp()
+    return -(p * logp.masked_fill(p == 0, 0.0)).sum(dim=-1)

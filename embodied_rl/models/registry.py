@@ -1,0 +1,43 @@
+"""Model registry keyed by `actor.model.model_type`; the only place policies are looked up by name."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import torch
+
+from embodied_rl.errors import ConfigError
+
+if TYPE_CHECKING:
+    from embodied_rl.config.schema.model import ModelConfig
+    from embodied_rl.models.base import BasePolicy
+
+_POLICIES: dict[str, type[BasePolicy]] = {}
+
+PRECISION_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def register_policy(name: str) -> Callable[[type[BasePolicy]], type[BasePolicy]]:
+    def deco(cls: type[BasePolicy]) -> type[BasePolicy]:
+        if name in _POLICIES and _POLICIES[name] is not cls:
+            raise ValueError(f"policy {name!r} registered twice")
+        _POLICIES[name] = cls
+        return cls
+    return deco
+
+
+def _ensure_builtin() -> None:
+    import embodied_rl.models.openvla_oft  # noqa: F401  (registers "openvla_oft")
+
+
+def policy_class(model_type: str) -> type[BasePolicy]:
+    _ensure_builtin()
+    if model_type not in _POLICIES:
+        raise ConfigError(f"actor.model.model_type={model_type!r} is unknown; available: {', '.join(sorted(_POLICIES))}")
+    return _POLICIES[model_type]
+
+
+def build_policy(model_cfg: ModelConfig, *, device: torch.device | str = "cpu", dtype: torch.dtype | None = None) -> BasePolicy:
+    """Load `model_cfg.model_path` into the registered policy class. dtype None = model_cfg.precision."""
+    cls = policy_class(model_cfg.model_type)
+    return cls.from_checkpoint(model_cfg.model_path, model_cfg, device=device, dtype=dtype or PRECISION_DTYPES[model_cfg.precision])
