@@ -1,0 +1,53 @@
+"""The env layer: simulator backends behind one chunked, vectorised env (`make_env`)."""
+from __future__ import annotations
+
+from embodied_rl.config.schema.env import EnvConfig
+from embodied_rl.envs.backend import SimulatorBackend, SubEnv, available_simulators, get_simulator, register_simulator
+from embodied_rl.envs.messages import ChunkStepResult, EnvObservation, EpisodeSummary
+from embodied_rl.envs.vector_env import ChunkedVectorEnv
+from embodied_rl.errors import ConfigError
+
+__all__ = [
+    "ChunkStepResult", "ChunkedVectorEnv", "EnvObservation", "EpisodeSummary", "SimulatorBackend",
+    "SubEnv", "available_simulators", "get_simulator", "make_env", "register_simulator",
+]
+
+
+def make_env(env_cfg: EnvConfig, num_envs: int, *, seed_offset: int = 0, video_dir: str | None = None,
+             env_worker: int = 0, stage: int = 0) -> ChunkedVectorEnv:
+    """Build `num_envs` sub-envs of `env_cfg.env_type` behind the shared episode semantics.
+
+    seed_offset: distinguishes env workers/stages (RLinf: rank * stage_num + stage_id); the
+        simulator seed is `env_cfg.seed + seed_offset` and reset ids are drawn from
+        (seed, seed_offset, epoch, group, episode).
+    video_dir: overrides `video_cfg.video_base_dir` (e.g. `<log_path>/video/eval`); a recorder
+        exists only when `video_cfg.save_video` is true. Videos are tagged
+        `worker<env_worker>_stage<stage>`.
+    """
+    from embodied_rl.config.typecheck import build
+
+    if num_envs < 1:
+        raise ConfigError(f"env: num_envs={num_envs} must be >= 1 (check env.total_num_envs and the env worker count)")
+    try:
+        backend_cls = get_simulator(env_cfg.env_type)
+    except KeyError as err:
+        raise ConfigError(f"env.env_type: {err.args[0]}") from None
+    ChunkedVectorEnv.validate(env_cfg, num_envs)
+    params = env_cfg.init_params
+    if not isinstance(params, backend_cls.params_cls):
+        params = build(backend_cls.params_cls, dict(params), "env.init_params")
+    recorder = None
+    if env_cfg.video_cfg.save_video:
+        from embodied_rl.envs.video import VideoRecorder
+
+        recorder = VideoRecorder(
+            video_dir or env_cfg.video_cfg.video_base_dir, fps=env_cfg.video_cfg.fps,
+            info_on_video=env_cfg.video_cfg.info_on_video, tag=f"worker{env_worker}_stage{stage}",
+            simulator=env_cfg.env_type, env_worker=env_worker, stage=stage,
+        )
+    backend = backend_cls(env_cfg, params, num_envs, seed=env_cfg.seed + seed_offset)
+    try:
+        return ChunkedVectorEnv(backend, env_cfg, seed_offset=seed_offset, recorder=recorder)
+    except BaseException:
+        backend.close()
+        raise

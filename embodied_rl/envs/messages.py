@@ -41,6 +41,7 @@ class EpisodeSummary:
     episode_len: int
     success_once: bool
     success_at_end: bool
+    failed: bool = False  # the sub-env crashed or hung and was restarted; counts as a failure
 
 
 @dataclass
@@ -59,6 +60,8 @@ class ChunkStepResult:
                     Used to bootstrap truncated episodes from V(final_obs).
     done_mask:      bool [N] any episode end (termination or truncation) inside the chunk.
     episodes:       summaries of episodes that ended in this chunk.
+    active_mask:    bool [N, C] the sub-env was inside an episode at that step (False after an
+                    episode end when auto_reset is off): the loss mask of the step.
     """
 
     obs: EnvObservation
@@ -69,6 +72,7 @@ class ChunkStepResult:
     final_obs: EnvObservation | None = None
     done_mask: np.ndarray | None = None
     episodes: list[EpisodeSummary] = field(default_factory=list)
+    active_mask: np.ndarray | None = None
 
     @property
     def chunk_rewards(self) -> np.ndarray:

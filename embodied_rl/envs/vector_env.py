@@ -1,0 +1,271 @@
+"""`ChunkedVectorEnv`: the episode semantics shared by every simulator (RLinf's env keys).
+
+Choices (documented in docs/CONFIG.md as well):
+- An episode end inside a chunk: with `auto_reset` the sub-env is reset right after the step
+  that ended it; its terminal observation goes to `final_obs` (for bootstrapping) and the
+  remaining actions of the chunk are executed in the *new* episode (they were computed for the
+  old one, but a chunk is open-loop anyway, and this keeps every sub-env stepping in lockstep).
+  Without `auto_reset` the sub-env stays done: it is not stepped any more, pays zero reward and
+  has `active_mask` False until the next `reset()`.
+- Termination/truncation flags are set at the step where the episode ended (not folded onto the
+  chunk's last index); `done_mask` says whether any step of the chunk ended an episode.
+- Reset ids: episode k (counted from the last `reset()`) of group g in rollout epoch e (the
+  number of `reset()` calls) uses the id drawn by `default_rng([seed, seed_offset, e, g, k])`:
+  reproducible across runs and independent of the order in which sub-envs finish. With
+  `use_fixed_reset_state_ids` a group is `group_size` consecutive sub-envs sharing ids;
+  without, every sub-env is its own group (group_size must then be 1).
+- `use_rel_reward` pays r_t - r_{t-1} within an episode (r_{-1} = 0), after `reward_coef`.
+- A sub-env whose process crashed or hung ends its episode as a failure (terminated, not a
+  success, `EpisodeSummary.failed`).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from embodied_rl.config.schema.env import EnvConfig
+from embodied_rl.envs.action_adapter import ActionAdapter
+from embodied_rl.envs.backend import SimulatorBackend
+from embodied_rl.envs.messages import ChunkStepResult, EnvObservation, EpisodeSummary
+from embodied_rl.errors import ConfigError
+
+_MAX_SEED = 2**31 - 1
+
+
+def _set_rows(dst: EnvObservation, rows: np.ndarray, src: EnvObservation) -> None:
+    """dst[rows] = src (src holds exactly those rows, in order)."""
+    dst.main_images[rows] = src.main_images
+    dst.states[rows] = src.states
+    if dst.wrist_images is not None and src.wrist_images is not None:
+        dst.wrist_images[rows] = src.wrist_images
+    for k, r in enumerate(rows):
+        dst.task_descriptions[int(r)] = src.task_descriptions[k]
+
+
+def _copy_obs(obs: EnvObservation) -> EnvObservation:
+    return EnvObservation(
+        main_images=obs.main_images.copy(), states=obs.states.copy(),
+        task_descriptions=list(obs.task_descriptions),
+        wrist_images=None if obs.wrist_images is None else obs.wrist_images.copy(),
+    )
+
+
+class ChunkedVectorEnv:
+    """N sub-envs of one backend stepped in action chunks [N, C, A] (policy action space)."""
+
+    def __init__(self, backend: SimulatorBackend, cfg: EnvConfig, *, seed_offset: int = 0, recorder=None) -> None:
+        n = backend.num_envs
+        self.validate(cfg, n)
+        self.backend, self.cfg, self.num_envs = backend, cfg, n
+        self.seed_offset = seed_offset
+        self.adapter = ActionAdapter(cfg.action_adapter, backend.action_dim)
+        self.recorder = recorder
+        self._group = np.arange(n) // cfg.group_size if cfg.use_fixed_reset_state_ids else np.arange(n)
+        self._epoch = -1
+        self._explicit_ids: np.ndarray | None = None
+        self.reset_ids = np.zeros(n, np.int64)
+        self._episode_k = np.zeros(n, np.int64)  # episode index since the last reset()
+        self._elapsed = np.zeros(n, np.int64)
+        self._return = np.zeros(n, np.float64)
+        self._prev_reward = np.zeros(n, np.float32)
+        self._success_once = np.zeros(n, bool)
+        self._success_now = np.zeros(n, bool)
+        self._active = np.zeros(n, bool)
+        self._obs: EnvObservation | None = None
+        self._finished: list[EpisodeSummary] = []
+
+    @staticmethod
+    def validate(cfg: EnvConfig, n: int) -> None:
+        """Check the episode keys against the sub-env count (before any simulator starts)."""
+        if cfg.max_episode_steps < 1:
+            raise ConfigError(f"env.max_episode_steps={cfg.max_episode_steps} must be >= 1")
+        if cfg.group_size < 1 or n % cfg.group_size:
+            raise ConfigError(f"env.group_size={cfg.group_size} must be >= 1 and divide the {n} sub-envs of this env worker")
+        if cfg.group_size > 1 and not cfg.use_fixed_reset_state_ids:
+            raise ConfigError(
+                f"env.group_size={cfg.group_size} needs env.use_fixed_reset_state_ids=true (group members share reset ids)"
+            )
+        if cfg.reward_coef != cfg.reward_coef:  # NaN
+            raise ConfigError("env.reward_coef is NaN")
+
+    # ------------------------------------------------------------------ reset ids
+    def draw_reset_id(self, env_index: int, episode_k: int) -> int:
+        """Reset id of episode `episode_k` of this sub-env's group in the current epoch."""
+        rng = np.random.default_rng([self.cfg.seed, self.seed_offset, self._epoch, int(self._group[env_index]), episode_k])
+        bound = self.backend.num_reset_ids() or _MAX_SEED
+        return int(rng.integers(0, bound))
+
+    def set_reset_ids(self, ids: Sequence[int] | None) -> None:
+        """Use these reset ids (one per sub-env) at every following `reset()` (None: draw again).
+
+        For evaluation on fixed, reproducible states; auto-resets still draw from the stream.
+        """
+        if ids is None:
+            self._explicit_ids = None
+            return
+        arr = np.asarray(ids, dtype=np.int64)
+        if arr.shape != (self.num_envs,):
+            raise ValueError(f"set_reset_ids: expected {self.num_envs} ids, got shape {arr.shape}")
+        bound = self.backend.num_reset_ids()
+        if (arr < 0).any() or (bound is not None and (arr >= bound).any()):
+            raise ValueError(f"set_reset_ids: ids must be in [0, {bound or _MAX_SEED}), got {arr.tolist()}")
+        self._explicit_ids = arr
+
+    # ------------------------------------------------------------------ episodes
+    def reset(self) -> EnvObservation:
+        """Start a new rollout epoch: every sub-env begins a fresh episode."""
+        self._epoch += 1
+        self._episode_k[:] = 0
+        if self._explicit_ids is not None:
+            ids = self._explicit_ids.copy()
+        else:
+            ids = np.array([self.draw_reset_id(i, 0) for i in range(self.num_envs)], np.int64)
+        all_ids = np.arange(self.num_envs)
+        self._obs = self.backend.reset(all_ids, ids)
+        self._start_episodes(all_ids, ids)
+        self._active[:] = True
+        if self.recorder is not None and self.recorder.recording:
+            self.recorder.add_frame(self._obs, np.zeros(self.num_envs, np.float32), self._success_now, self._elapsed)
+        return self._obs
+
+    def _start_episodes(self, env_ids: np.ndarray, ids: np.ndarray) -> None:
+        self.reset_ids[env_ids] = ids
+        self._elapsed[env_ids] = 0
+        self._return[env_ids] = 0.0
+        self._prev_reward[env_ids] = 0.0
+        self._success_once[env_ids] = False
+        self._success_now[env_ids] = False
+        if self.recorder is not None and self.recorder.recording:
+            for i in env_ids:
+                task_id, instruction = self.backend.task_of(int(i))
+                self.recorder.episode_start(int(i), task_id, instruction, int(self.reset_ids[i]))
+
+    def _summary(self, i: int, failed: bool) -> EpisodeSummary:
+        task_id, instruction = self.backend.task_of(i)
+        return EpisodeSummary(
+            env_index=i, task_id=task_id, instruction=instruction, reset_id=int(self.reset_ids[i]),
+            episode_return=float(self._return[i]), episode_len=int(self._elapsed[i]),
+            success_once=bool(self._success_once[i]), success_at_end=bool(self._success_now[i]) and not failed,
+            failed=failed,
+        )
+
+    def chunk_step(self, actions: np.ndarray) -> ChunkStepResult:
+        """Execute actions float32 [N, C, A] (policy space); see the module docstring for semantics."""
+        if self._obs is None:
+            raise RuntimeError("chunk_step before reset()")
+        n = self.num_envs
+        if actions.ndim != 3 or actions.shape[0] != n:
+            raise ValueError(f"chunk_step: actions must be [N={n}, C, A], got {actions.shape}")
+        c = actions.shape[1]
+        cfg = self.cfg
+        ctrl = self.adapter(actions)
+        rewards = np.zeros((n, c), np.float32)
+        terms, truncs, succs, active_mask = (np.zeros((n, c), bool) for _ in range(4))
+        final_rows: dict[int, tuple] = {}
+        episodes: list[EpisodeSummary] = []
+        obs = self._obs
+        for t in range(c):
+            act = self._active.copy()
+            if not act.any():
+                break
+            step = self.backend.step(ctrl[:, t], None if act.all() else np.flatnonzero(act))
+            obs = step.obs
+            active_mask[:, t] = act
+            r = step.rewards * np.float32(cfg.reward_coef)
+            paid = r - self._prev_reward if cfg.use_rel_reward else r
+            paid = np.where(act, paid, np.float32(0.0)).astype(np.float32)
+            self._prev_reward = np.where(act, r, self._prev_reward).astype(np.float32)
+            self._elapsed += act
+            self._return += paid
+            succ = step.success & act
+            self._success_once |= succ
+            self._success_now = np.where(act, succ, self._success_now)
+            failed = act & step.failed if step.failed is not None else np.zeros(n, bool)
+            term = failed | (act & step.terminated & (not cfg.ignore_terminations))
+            trunc = act & ~term & (self._elapsed >= cfg.max_episode_steps)
+            rewards[:, t], terms[:, t], truncs[:, t], succs[:, t] = paid, term, trunc, succ
+            if self.recorder is not None and self.recorder.recording:
+                self.recorder.add_frame(obs, paid, self._success_once, self._elapsed)
+            done = np.flatnonzero(term | trunc)
+            if done.size == 0:
+                continue
+            for i in done:
+                summary = self._summary(int(i), bool(failed[i]))
+                episodes.append(summary)
+                if self.recorder is not None and self.recorder.recording:
+                    self.recorder.episode_end(summary)
+            if not cfg.auto_reset:
+                self._active[done] = False
+                continue
+            for i in done:
+                final_rows[int(i)] = (
+                    obs.main_images[i].copy(), obs.states[i].copy(),
+                    None if obs.wrist_images is None else obs.wrist_images[i].copy(),
+                )
+            self._episode_k[done] += 1
+            ids = np.array([self.draw_reset_id(int(i), int(self._episode_k[i])) for i in done], np.int64)
+            _set_rows(obs, done, self.backend.reset(done, ids))
+            self._start_episodes(done, ids)
+        self._obs = obs
+        self._finished.extend(episodes)
+        return ChunkStepResult(
+            obs=obs, rewards=rewards, terminations=terms, truncations=truncs, successes=succs,
+            final_obs=self._final_obs(obs, final_rows), done_mask=(terms | truncs).any(axis=1),
+            episodes=episodes, active_mask=active_mask,
+        )
+
+    @staticmethod
+    def _final_obs(obs: EnvObservation, rows: dict[int, tuple]) -> EnvObservation | None:
+        if not rows:
+            return None
+        final = _copy_obs(obs)
+        for i, (main, state, wrist) in rows.items():
+            final.main_images[i], final.states[i] = main, state
+            if wrist is not None and final.wrist_images is not None:
+                final.wrist_images[i] = wrist
+        return final
+
+    # ------------------------------------------------------------------ metrics, video, close
+    @property
+    def active(self) -> np.ndarray:
+        """bool [N]: sub-envs currently inside an episode."""
+        return self._active.copy()
+
+    def pop_metrics(self) -> dict[str, float]:
+        """Means over the episodes finished since the last call (RLinf's env/* metric names)."""
+        eps, self._finished = self._finished, []
+        if not eps:
+            return {"num_trajectories": 0.0}
+        return {
+            "success_once": float(np.mean([e.success_once for e in eps])),
+            "success_at_end": float(np.mean([e.success_at_end for e in eps])),
+            "return": float(np.mean([e.episode_return for e in eps])),
+            "episode_len": float(np.mean([e.episode_len for e in eps])),
+            "fail_rate": float(np.mean([e.failed for e in eps])),
+            "num_trajectories": float(len(eps)),
+        }
+
+    def begin_video(self, global_step: int, checkpoint_step: int, mode: str, run_name: str) -> None:
+        """Start recording (no-op without `video_cfg.save_video`); call before the epoch's reset()."""
+        if self.recorder is None:
+            return
+        self.recorder.begin(global_step, checkpoint_step, mode, run_name)
+        if self._obs is not None:  # episodes already running: they appear from this frame on
+            self._start_recording_running()
+
+    def _start_recording_running(self) -> None:
+        for i in range(self.num_envs):
+            task_id, instruction = self.backend.task_of(i)
+            self.recorder.episode_start(i, task_id, instruction, int(self.reset_ids[i]))
+
+    def end_video(self) -> str | None:
+        """Finish the video and its JSON sidecar; returns the mp4 path (None when not recording)."""
+        if self.recorder is None or not self.recorder.recording:
+            return None
+        return self.recorder.end()
+
+    def close(self) -> None:
+        if self.recorder is not None:
+            self.recorder.close()
+        self.backend.close()
