@@ -8,6 +8,7 @@ batch keys (tensors):
   dones             bool  [T, N, C]  episode end (termination or truncation) after that step
   truncations       bool  [T, N, C]  optional; time-limit ends among dones (needs bootstrap_values)
   bootstrap_values  float [T, N] or [T, N, C]  V(final_obs) where a truncation happened
+                    (required with truncations for gae/bi_level_gae; grpo/reinforce_pp use it if given)
   values            float [T + 1, N, K]  value predictions, K = C (reward_type action_level)
                     or 1 (chunk_level); bi_level_gae also takes K = L; row T bootstraps the
                     episode still running after the last chunk. Needed by gae, bi_level_gae.
@@ -173,9 +174,10 @@ def prepare_reward_steps(
     if cfg.kl_beta > 0:
         kl = _kl_per_step(cfg, batch, num_tokens, num_actions) * step_mask
         rewards = rewards - cfg.kl_beta * (kl.sum(-1, keepdim=True) if chunk else kl)
-    if "truncations" in batch and bool(batch["truncations"].any()):
-        if "bootstrap_values" not in batch:
-            raise ValueError("batch['truncations'] has truncated episodes but no batch['bootstrap_values'] (V(final_obs))")
+    has_trunc = "truncations" in batch and bool(batch["truncations"].any())
+    if has_trunc and "bootstrap_values" not in batch and cfg.uses_critic:
+        raise ValueError("batch['truncations'] has truncated episodes but no batch['bootstrap_values'] (V(final_obs))")
+    if has_trunc and "bootstrap_values" in batch:  # critic-free estimators bootstrap only if given values
         trunc = (batch["truncations"].bool() & step_mask).float()
         boot = batch["bootstrap_values"].float()
         boot = boot.unsqueeze(-1) if boot.dim() == 2 else boot

@@ -74,12 +74,20 @@ def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> float:
 _GROUP = {"token_level": lambda a, l: 1, "action_level": lambda a, l: a, "chunk_level": lambda a, l: l}
 
 
-def _regroup(x: Tensor, group: int, how: str) -> Tensor:
-    """[B, L] -> [B, L // group] by summing (log-probs, entropy), averaging or all-ing (mask)."""
+def _regroup(x: Tensor, mask: Tensor, group: int, how: str) -> Tensor:
+    """[B, L] -> [B, L // group] over each action's/chunk's valid tokens.
+
+    how: "sum" (log-probs, entropies: joint quantity of the executed tokens), "mean"
+    (advantages) or "any" (mask: an action/chunk counts if any of its tokens is valid, e.g.
+    a chunk whose episode ended mid-chunk keeps the executed part).
+    """
     if group == 1:
         return x
-    g = group_tokens(x, group)
-    return {"sum": g.sum(-1), "mean": g.mean(-1), "all": g.all(-1)}[how]
+    g, gm = group_tokens(x, group), group_tokens(mask, group)
+    if how == "any":
+        return gm.any(-1)
+    total = (g * gm).sum(-1)
+    return total if how == "sum" else total / gm.sum(-1).clamp(min=1)
 
 
 def compute_actor_critic_loss(
@@ -117,10 +125,10 @@ def compute_actor_critic_loss(
             raise ValueError("logprob_type/entropy_type action_level needs action_dim= (tokens per action)")
     group = _GROUP[cfg.logprob_type](action_dim, num_tokens)
     pg = ppo_clipped_surrogate(
-        _regroup(logprobs, group, "sum"), _regroup(old_logprobs, group, "sum"), _regroup(advantages, group, "mean"),
-        cfg.clip_low, cfg.clip_high, cfg.clip_ratio_c,
+        _regroup(logprobs, mask, group, "sum"), _regroup(old_logprobs, mask, group, "sum"),
+        _regroup(advantages, mask, group, "mean"), cfg.clip_low, cfg.clip_high, cfg.clip_ratio_c,
     )
-    pg_mask = _regroup(mask, group, "all")
+    pg_mask = _regroup(mask, mask, group, "any")
     policy_loss = aggregate_loss(pg["loss"], pg_mask, cfg.loss_agg_func)
     loss = policy_loss
     ratio_valid = pg["ratio"][pg_mask]
@@ -134,7 +142,8 @@ def compute_actor_critic_loss(
     }
     if entropy is not None:
         egroup = _GROUP[cfg.entropy_type](action_dim, num_tokens)
-        ent = aggregate_loss(_regroup(flat(entropy), egroup, "sum"), _regroup(mask, egroup, "all"), cfg.loss_agg_func)
+        ent_mask = _regroup(mask, mask, egroup, "any")
+        ent = aggregate_loss(_regroup(flat(entropy), mask, egroup, "sum"), ent_mask, cfg.loss_agg_func)
         m["actor/entropy"] = ent.item()
         if cfg.entropy_bonus > 0:
             loss = loss - cfg.entropy_bonus * ent
@@ -157,7 +166,7 @@ def compute_actor_critic_loss(
         if old_values is None or returns is None:
             raise ValueError("the value loss needs values, old_values and returns together")
         values, old_values, returns = flat(values), flat(old_values), flat(returns)
-        vmask = flat(value_mask).bool() if value_mask is not None else _regroup(mask, num_tokens // values.shape[-1], "all")
+        vmask = flat(value_mask).bool() if value_mask is not None else _regroup(mask, mask, num_tokens // values.shape[-1], "any")
         v_loss_mat, v_clipped = value_loss(values, old_values, returns, cfg.value_clip, cfg.huber_delta)
         v_loss = masked_mean(v_loss_mat, vmask)
         loss = loss + cfg.value_loss_coef * v_loss

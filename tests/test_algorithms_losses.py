@@ -1,0 +1,154 @@
+"""PPO/value/KL losses and aggregation (issue 4, point 4, plus loss-term semantics)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import embodied_rl  # noqa: F401
+from embodied_rl.algorithms import compute_actor_critic_loss, ppo_clipped_surrogate
+from embodied_rl.algorithms.aggregation import aggregate_loss
+from embodied_rl.algorithms.kl import kl_penalty
+from embodied_rl.algorithms.losses import value_loss
+from embodied_rl.algorithms.rewards import RunningRewardStats, normalize_rewards
+from embodied_rl.config.schema.algorithm import AlgorithmConfig
+from embodied_rl.errors import ConfigError
+
+
+def test_ppo_at_ratio_one_is_advantage_weighted_logprob_gradient():
+    torch.manual_seed(0)
+    B, L = 6, 4
+    old = -torch.rand(B, L)
+    lp = old.clone().requires_grad_(True)
+    adv, mask = torch.randn(B, L), torch.rand(B, L) > 0.3
+    loss, m = compute_actor_critic_loss(AlgorithmConfig(), logprobs=lp, old_logprobs=old, advantages=adv, loss_mask=mask)
+    loss.backward()
+    want = -adv * mask / mask.sum()  # d/dlp of -mean(A * logp) over valid tokens
+    torch.testing.assert_close(lp.grad, want)
+    assert m["actor/ratio_mean"] == pytest.approx(1.0) and m["actor/clip_fraction"] == 0.0
+
+
+def test_clipped_regions_have_zero_gradient():
+    old = torch.zeros(4, 1)
+    # (ratio, advantage): above 1+eps with A>0 and below 1-eps with A<0 are clipped
+    ratio = torch.tensor([[1.5], [0.5], [1.5], [0.5]])
+    adv = torch.tensor([[1.0], [-1.0], [-1.0], [1.0]])
+    lp = ratio.log().requires_grad_(True)
+    out = ppo_clipped_surrogate(lp, old, adv, 0.2, 0.2)
+    out["loss"].sum().backward()
+    assert lp.grad[:2].abs().max() == 0.0
+    assert (lp.grad[2:].abs() > 0).all()
+    assert out["clipped"][:, 0].tolist() == [True, True, False, False]
+
+
+def test_asymmetric_clip_bounds():
+    lp = torch.tensor([[1.25], [1.35]]).log().requires_grad_(True)
+    out = ppo_clipped_surrogate(lp, torch.zeros(2, 1), torch.ones(2, 1), 0.2, 0.28)
+    out["loss"].sum().backward()
+    assert lp.grad[0, 0] != 0 and lp.grad[1, 0] == 0  # 1.25 inside [0.8, 1.28], 1.35 outside
+
+
+def test_dual_clip_bounds_loss_for_negative_advantages():
+    ratios = torch.tensor([[1.0], [2.0], [5.0], [50.0]])
+    adv = -torch.ones(4, 1) * 2.0
+    plain = ppo_clipped_surrogate(ratios.log(), torch.zeros(4, 1), adv, 0.2, 0.2)["loss"]
+    dual = ppo_clipped_surrogate(ratios.log(), torch.zeros(4, 1), adv, 0.2, 0.2, clip_c=3.0)
+    assert plain[-1, 0] == pytest.approx(100.0)  # unbounded without dual clip
+    assert (dual["loss"] <= 2.0 * 3.0 + 1e-6).all()  # capped at -A * c
+    assert dual["dual_clipped"][:, 0].tolist() == [False, False, True, True]
+    pos = ppo_clipped_surrogate(ratios.log(), torch.zeros(4, 1), -adv, 0.2, 0.2, clip_c=3.0)
+    assert not pos["dual_clipped"].any()  # positive advantages untouched
+
+
+def test_value_loss_clip_and_huber():
+    ret, old = torch.tensor([[1.0]]), torch.tensor([[0.0]])
+    v = torch.tensor([[0.9]], requires_grad=True)
+    loss, clipped = value_loss(v, old, ret, value_clip=0.2, huber_delta=None)
+    # clipped value 0.2 has larger loss 0.5*0.8^2 than 0.5*0.1^2: it is taken, so no gradient
+    assert loss.item() == pytest.approx(0.32) and clipped.all()
+    loss.sum().backward()
+    assert v.grad.item() == 0.0
+    huber, _ = value_loss(torch.tensor([[5.0]]), old, ret, value_clip=None, huber_delta=1.0)
+    assert huber.item() == pytest.approx(1.0 * (4.0 - 0.5))
+
+
+def test_aggregation_modes_on_partial_masks():
+    loss = torch.tensor([[1.0, 1.0, 1.0, 1.0], [4.0, 0.0, 0.0, 0.0]])
+    mask = torch.tensor([[True, True, True, True], [True, False, False, False]])
+    assert aggregate_loss(loss, mask, "token-mean").item() == pytest.approx(8 / 5)
+    assert aggregate_loss(loss, mask, "seq-mean-token-sum").item() == pytest.approx((4 + 4) / 2)
+    assert aggregate_loss(loss, mask, "seq-mean-token-mean").item() == pytest.approx((1 + 4) / 2)
+    assert aggregate_loss(loss, mask, "seq-mean-token-sum-norm").item() == pytest.approx((4 / 4 + 4 / 4) / 2)
+
+
+def test_kl_kinds():
+    lp, ref = torch.tensor([-1.0, -2.0]), torch.tensor([-1.5, -1.0])
+    d = lp - ref
+    torch.testing.assert_close(kl_penalty(lp, ref, "kl"), d)
+    torch.testing.assert_close(kl_penalty(lp, ref, "abs"), d.abs())
+    torch.testing.assert_close(kl_penalty(lp, ref, "mse"), 0.5 * d**2)
+    torch.testing.assert_close(kl_penalty(lp, ref, "low_var_kl"), torch.exp(-d) + d - 1)
+    logits, ref_logits = torch.randn(3, 256), torch.randn(3, 256)
+    p, q = logits.log_softmax(-1), ref_logits.log_softmax(-1)
+    want = torch.distributions.kl_divergence(torch.distributions.Categorical(logits=logits),
+                                             torch.distributions.Categorical(logits=ref_logits))
+    torch.testing.assert_close(kl_penalty(p, q, "full"), want)
+    assert (kl_penalty(p, p, "full").abs() < 1e-6).all()
+
+
+def test_early_stop_skips_micro_batch_with_zero_gradient():
+    lp = torch.tensor([[0.0, 2.0]], requires_grad=True)  # ratio e^2 ~ 7.4
+    cfg = AlgorithmConfig(early_stop_imp_ratio=5.0)
+    loss, m = compute_actor_critic_loss(cfg, logprobs=lp, old_logprobs=torch.zeros(1, 2),
+                                        advantages=torch.ones(1, 2), loss_mask=torch.ones(1, 2, dtype=torch.bool))
+    loss.backward()
+    assert m["actor/skipped"] == 1.0 and loss.item() == 0.0 and lp.grad.abs().max() == 0.0
+
+
+def test_metrics_names():
+    B, L, K = 4, 6, 2
+    cfg = AlgorithmConfig(use_kl_loss=True)
+    _, m = compute_actor_critic_loss(
+        cfg, logprobs=-torch.rand(B, L), old_logprobs=-torch.rand(B, L), advantages=torch.randn(B, L),
+        loss_mask=torch.ones(B, L, dtype=torch.bool), entropy=torch.rand(B, L), values=torch.randn(B, K),
+        old_values=torch.randn(B, K), returns=torch.randn(B, K), ref_logprobs=-torch.rand(B, L))
+    for name in ("actor/policy_loss", "actor/clip_fraction", "actor/approx_kl", "actor/ratio_mean", "actor/ratio_max",
+                 "actor/dual_clip_fraction", "actor/entropy", "actor/kl_loss", "critic/value_loss",
+                 "critic/value_clip_fraction", "critic/explained_variance", "actor/skipped"):
+        assert isinstance(m[name], float), name
+
+
+def test_running_reward_stats_match_global_and_roundtrip():
+    stats, chunks = RunningRewardStats(), [torch.randn(3, 4, 2) * 3 + 1 for _ in range(4)]
+    for c in chunks:
+        normalize_rewards(c, torch.ones_like(c, dtype=torch.bool), "running", stats=stats)
+    allr = torch.cat([c.flatten() for c in chunks]).double()
+    assert stats.mean == pytest.approx(float(allr.mean()), rel=1e-6)
+    assert stats.var == pytest.approx(float(allr.var(unbiased=False)), rel=1e-6)
+    other = RunningRewardStats()
+    other.load_state_dict(stats.state_dict())
+    assert other == stats
+
+
+@pytest.mark.parametrize("key,value,match", [
+    ("adv_type", "ppo2", "gae"), ("loss_agg_func", "sum", "token-mean"), ("kl_penalty", "js", "low_var_kl"),
+    ("reward_norm", "zscore", "running"), ("logprob_type", "seq", "chunk_level"),
+])
+def test_unknown_names_are_one_line_errors_listing_valid_names(key, value, match):
+    with pytest.raises(ConfigError, match=match) as err:
+        cfg = AlgorithmConfig(**{key: value})
+        # registry-checked keys fail on first use
+        compute_actor_critic_loss(cfg, logprobs=torch.zeros(1, 1), old_logprobs=torch.zeros(1, 1),
+                                  advantages=torch.zeros(1, 1), loss_mask=torch.ones(1, 1, dtype=torch.bool),
+                                  ref_logprobs=torch.zeros(1, 1)) if key != "kl_penalty" else \
+            kl_penalty(torch.zeros(1), torch.zeros(1), value)
+    assert "\n" not in str(err.value) and f"algorithm.{key}" in str(err.value)
+
+
+@pytest.mark.parametrize("kw", [
+    {"adv_type": "grpo", "group_size": 1}, {"adv_type": "bi_level_gae", "reward_type": "action_level"},
+    {"reward_scale": True}, {"reward_norm": "batch", "reward_scale": True, "reward_shift": True},
+    {"clip_ratio_c": 1.0}, {"gamma": 1.5}, {"ratio_clip_eps": 1.0},
+])
+def test_contradictory_settings_are_rejected(kw):
+    with pytest.raises(ConfigError):
+        AlgorithmConfig(**kw)
