@@ -1,0 +1,195 @@
+"""Atomic training checkpoints with a `latest` pointer, and resume-path resolution.
+
+Layout under the run directory (`runner.logger.log_path`):
+
+    checkpoints/
+      global_step_00000003/
+        meta.json          format, global step, weight version, wall time (written last)
+        config.yaml        the resolved config of the run
+        runner_state.pt    global step, driver RNG state, `extra` runner state (env reset-id
+                           streams, running reward statistics, ...) handed in by the runner
+        actor/             ActorWorker.save_checkpoint: trainable weights (safetensors),
+                           full optimizer state, LR scheduler, shuffle and per-rank RNG state
+      latest               text file naming the newest complete checkpoint directory
+
+Atomicity: everything is written into `checkpoints/.tmp-global_step_N-<pid>/` and moved into
+place with one `rename` after `meta.json` is written; `latest` is replaced with
+`os.replace`. A crash mid-save leaves a hidden temp directory (removed by the next save)
+and the previous checkpoint and pointer untouched; a directory without `meta.json` is
+never resumed from.
+
+Optimizer state is stored as a full (unsharded, name-keyed) state dict gathered on actor
+rank 0 (torch.distributed.checkpoint.state_dict helpers), so a run can resume on a
+different number of actor ranks; the trainable weights are the policy's own
+`trainable_state_dict` (LoRA + value head, or all weights), frozen base weights come back
+from `actor.model.model_path`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from embodied_rl.errors import UserError
+from embodied_rl.runtime.rng import capture_rng_state, restore_rng_state
+
+FORMAT = 1
+CKPT_DIR, LATEST, META, CONFIG, RUNNER_STATE, ACTOR_DIR = "checkpoints", "latest", "meta.json", "config.yaml", "runner_state.pt", "actor"
+
+
+class CheckpointError(UserError):
+    """A checkpoint path that cannot be resumed from."""
+
+
+def step_dir_name(global_step: int) -> str:
+    return f"global_step_{global_step:08d}"
+
+
+@dataclass
+class RunnerState:
+    global_step: int
+    weight_version: int
+    extra: dict[str, Any]
+    path: Path
+
+
+@contextmanager
+def checkpoint_writer(run_dir: str | Path, global_step: int) -> Iterator[Path]:
+    """Yield a fresh temp directory to fill; on normal exit it becomes
+    `checkpoints/global_step_N` and `latest` points at it. On an exception nothing changes."""
+    root = Path(run_dir) / CKPT_DIR
+    root.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temps(root)
+    name = step_dir_name(global_step)
+    tmp = root / f".tmp-{name}-{os.getpid()}"
+    tmp.mkdir()
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if not (tmp / META).is_file():
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise RuntimeError("checkpoint_writer: write_runner_state() was not called, so the checkpoint has no meta.json")
+    final = root / name
+    if final.exists():  # re-saving the same step (e.g. Ctrl-C right after a periodic save)
+        trash = root / f".tmp-old-{name}-{os.getpid()}"
+        final.rename(trash)
+        shutil.rmtree(trash, ignore_errors=True)
+    tmp.rename(final)
+    _fsync_dir(root)
+    pointer = root / f".{LATEST}.tmp"
+    pointer.write_text(name + "\n")
+    os.replace(pointer, root / LATEST)
+    _fsync_dir(root)
+
+
+def write_runner_state(ckpt_dir: str | Path, *, global_step: int, weight_version: int, config_yaml: str, extra: dict[str, Any] | None = None) -> None:
+    """Write the driver's part; call it last inside `checkpoint_writer` (meta.json marks completion)."""
+    d = Path(ckpt_dir)
+    (d / CONFIG).write_text(config_yaml)
+    torch.save({"global_step": global_step, "weight_version": weight_version, "rng": capture_rng_state(), "extra": extra or {}}, d / RUNNER_STATE)
+    meta = {"format": FORMAT, "global_step": global_step, "weight_version": weight_version, "time": time.time()}
+    with open(d / META, "w") as f:
+        json.dump(meta, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The newest complete checkpoint of a run (via `latest`, else by step number), or None."""
+    root = Path(run_dir) / CKPT_DIR
+    pointer = root / LATEST
+    if pointer.is_file():
+        candidate = root / pointer.read_text().strip()
+        if (candidate / META).is_file():
+            return candidate
+    complete = sorted(p for p in root.glob("global_step_*") if (p / META).is_file()) if root.is_dir() else []
+    return complete[-1] if complete else None
+
+
+def resolve_resume_dir(resume_dir: str, run_dir: str | Path) -> Path:
+    """`runner.resume_dir` -> a complete checkpoint directory; 'latest' = newest in run_dir."""
+    if resume_dir == "latest":
+        found = latest_checkpoint(run_dir)
+        if found is None:
+            raise CheckpointError(f"runner.resume_dir=latest: no complete checkpoint under {Path(run_dir) / CKPT_DIR}; train first or pass a checkpoint directory")
+        return found
+    path = Path(resume_dir)
+    if (path / CKPT_DIR).is_dir() and not (path / META).is_file():  # a run directory was given
+        found = latest_checkpoint(path)
+        if found is not None:
+            return found
+    if not path.is_dir():
+        raise CheckpointError(f"runner.resume_dir={resume_dir}: no such directory; pass checkpoints/global_step_N of a run, a run directory or 'latest'")
+    if not (path / META).is_file():
+        raise CheckpointError(f"runner.resume_dir={resume_dir}: incomplete or not a checkpoint (no {META}); pass a complete checkpoints/global_step_N directory")
+    meta = json.loads((path / META).read_text())
+    if meta.get("format") != FORMAT:
+        raise CheckpointError(f"runner.resume_dir={resume_dir}: checkpoint format {meta.get('format')} is not supported (expected {FORMAT})")
+    return path
+
+
+def load_runner_state(ckpt_dir: str | Path, *, restore_rng: bool = True) -> RunnerState:
+    """Read the driver's part and (by default) put the driver's RNGs back where they were."""
+    d = Path(ckpt_dir)
+    state = torch.load(d / RUNNER_STATE, weights_only=False)
+    if restore_rng:
+        restore_rng_state(state["rng"])
+    return RunnerState(int(state["global_step"]), int(state["weight_version"]), state["extra"], d)
+
+
+def actor_dir(ckpt_dir: str | Path) -> Path:
+    return Path(ckpt_dir) / ACTOR_DIR
+
+
+def _remove_stale_temps(root: Path) -> None:
+    """Temp directories of crashed saves (their pid is gone or is ours from an earlier attempt)."""
+    for p in root.glob(".tmp-*"):
+        pid = p.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid)):
+            continue  # another live process is writing it
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def export_policy(ckpt_dir: str | Path, model_cfg, out_dir: str | Path, *, merged: bool = True) -> Path:
+    """Write the checkpoint's policy in the official on-disk layout (on CPU, unsharded).
+
+    merged=True folds LoRA into the weights (loads with is_lora=false, no peft); False keeps
+    base weights + `lora_adapter/` via the policy's save_checkpoint.
+    """
+    from safetensors.torch import load_file
+
+    from embodied_rl.models import build_policy
+
+    weights = actor_dir(resolve_resume_dir(str(ckpt_dir), Path(ckpt_dir))) / "trainable.safetensors"
+    policy = build_policy(model_cfg, device="cpu", dtype=torch.float32)
+    policy.load_trainable_state_dict(load_file(str(weights)))
+    out = Path(out_dir)
+    (policy.export_merged if merged else policy.save_checkpoint)(out)
+    return out

@@ -1,0 +1,193 @@
+"""torch.distributed set-up and FSDP2 (`fully_shard`) wrapping of a policy.
+
+Keys: `actor.fsdp_config.*` (schema/runtime.py::FSDPConfig). gloo on CPU, NCCL on GPU.
+
+Sharding units: the policy names them with `fsdp_units()` (the model folder knows its
+decoder layers, ViT blocks, projector and value head). The root is sharded last and holds
+whatever is left. `BasePolicy.predict/evaluate_actions` go through `forward`, so FSDP's
+hooks gather the parameters around them.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+
+from embodied_rl.errors import ConfigError
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def free_port() -> int:
+    """A TCP port that is free on this host right now (rank 0 publishes it to the others)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+def host_ip() -> str:
+    """This host's address as other hosts of the cluster reach it (loopback on a lone box)."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return ray.util.get_node_ip_address()
+    except ImportError:  # pragma: no cover - ray is a hard dependency
+        pass
+    return "127.0.0.1"
+
+
+def actor_device() -> torch.device:
+    """cuda:<local device> when this process sees a GPU, else cpu (Ray sets CUDA_VISIBLE_DEVICES)."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def init_process_group(rank: int, world_size: int, master_addr: str, master_port: int, device: torch.device, timeout_s: float = 600.0) -> None:
+    """Join the actor's process group: NCCL when training on a GPU, gloo on CPU."""
+    if dist.is_initialized():
+        raise RuntimeError("torch.distributed is already initialised in this process; one ActorWorker per process")
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = master_addr, str(master_port)
+    dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s), init_method=f"tcp://{master_addr}:{master_port}")
+
+
+def check_precision(fsdp_cfg, device: torch.device) -> tuple[torch.dtype, torch.dtype, torch.dtype]:
+    """(param, reduce, buffer) dtypes, rejecting combinations this actor cannot train with."""
+    mp = fsdp_cfg.mixed_precision
+    names = {"param_dtype": mp.param_dtype, "reduce_dtype": mp.reduce_dtype, "buffer_dtype": mp.buffer_dtype}
+    for key, name in names.items():
+        if name not in DTYPES:
+            raise ConfigError(f"actor.fsdp_config.mixed_precision.{key}={name!r} is not valid; choose one of: {', '.join(DTYPES)}")
+        if name == "fp16":
+            # fp16 gradients underflow without dynamic loss scaling, which this actor does not do.
+            raise ConfigError(f"actor.fsdp_config.mixed_precision.{key}=fp16 needs loss scaling, which the actor does not implement; use bf16 or fp32")
+        if name == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            raise ConfigError(f"actor.fsdp_config.mixed_precision.{key}=bf16 is not supported by {torch.cuda.get_device_name()}; use fp32")
+    if fsdp_cfg.cpu_offload and device.type != "cuda":
+        raise ConfigError("actor.fsdp_config.cpu_offload=true needs a GPU actor (on CPU the parameters already live in host memory); set it false")
+    return DTYPES[mp.param_dtype], DTYPES[mp.reduce_dtype], DTYPES[mp.buffer_dtype]
+
+
+def device_mesh(fsdp_cfg, world_size: int, device: torch.device) -> DeviceMesh:
+    """1-D mesh for sharding; `no_shard` uses a (replicate=world, shard=1) mesh, i.e. DDP via HSDP."""
+    if fsdp_cfg.sharding_strategy == "no_shard":
+        return init_device_mesh(device.type, (world_size, 1), mesh_dim_names=("replicate", "shard"))
+    return init_device_mesh(device.type, (world_size,), mesh_dim_names=("shard",))
+
+
+def sharding_units(policy: nn.Module) -> list[nn.Module]:
+    """Sub-modules that become their own FSDP unit (all-gathered one at a time)."""
+    units = getattr(policy, "fsdp_units", None)
+    if not callable(units):
+        raise TypeError(f"{type(policy).__name__} has no fsdp_units(); every BasePolicy names its FSDP units")
+    return list(units())
+
+
+def apply_fsdp2(policy: nn.Module, fsdp_cfg, world_size: int, device: torch.device) -> nn.Module:
+    """Shard `policy` in place with FSDP2 and return it. Parameters become DTensors."""
+    param_dtype, reduce_dtype, buffer_dtype = check_precision(fsdp_cfg, device)
+    for buf_name, buf in policy.named_buffers():
+        if buf.is_floating_point() and buf.dtype != buffer_dtype:
+            owner, _, leaf = buf_name.rpartition(".")
+            policy.get_submodule(owner)._buffers[leaf] = buf.to(buffer_dtype)
+    mesh = device_mesh(fsdp_cfg, world_size, device)
+    kwargs = {
+        "mesh": mesh,
+        "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype),
+        "reshard_after_forward": fsdp_cfg.sharding_strategy == "full_shard",
+    }
+    if fsdp_cfg.cpu_offload:
+        kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
+    for unit in sharding_units(policy):
+        if any(True for _ in unit.parameters()):
+            fully_shard(unit, **kwargs)
+    # The root's parameters are needed again right at the start of backward: keep them gathered.
+    fully_shard(policy, **{**kwargs, "reshard_after_forward": False})
+    return policy
+
+
+def is_sharded(model: nn.Module) -> bool:
+    return all(isinstance(p, DTensor) for p in model.parameters())
+
+
+_FULL_CPU = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def full_model_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Full, unsharded CPU tensors on rank 0 ({} elsewhere). Collective: call on every rank."""
+    return get_model_state_dict(model, options=_FULL_CPU)
+
+
+def full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """Optimizer state keyed by parameter name, full tensors on rank 0. Collective."""
+    return get_optimizer_state_dict(model, optimizer, options=_FULL_CPU)
+
+
+def load_full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer, optim_sd: dict) -> None:
+    """Load a rank-0 full optimizer state dict (keyed by parameter name) into the sharded
+    optimizer; rank 0 broadcasts, so a run may resume on a different actor world size. Collective."""
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_optimizer_state_dict(model, optimizer, optim_sd, options=options)
+
+
+def gather_full(sd: dict[str, torch.Tensor], rank: int) -> dict[str, torch.Tensor] | None:
+    """Full CPU copies of a (possibly sharded) state dict on rank 0, None elsewhere. Collective:
+    every rank must pass the same keys in the same order (a policy's state dict is ordered)."""
+    out: dict[str, torch.Tensor] = {}
+    for name, value in sd.items():
+        full = value.full_tensor() if isinstance(value, DTensor) else value
+        if rank == 0:
+            out[name] = full.detach().to("cpu", copy=True)
+    return out if rank == 0 else None
+
+
+def load_full_into(targets: dict[str, torch.Tensor], full: dict[str, torch.Tensor] | None, rank: int, source: str) -> None:
+    """Copy rank-0 full tensors into `targets` (tensors sharing storage with the live, possibly
+    sharded parameters); rank 0 broadcasts each tensor, every rank keeps its own shard. Collective."""
+    # Rank 0 publishes names and shapes first so every rank fails together on a mismatch
+    # instead of hanging in a broadcast the others never join.
+    shapes = [{k: tuple(v.shape) for k, v in full.items()}] if rank == 0 else [None]
+    dist.broadcast_object_list(shapes, src=0)
+    have = shapes[0]
+    if set(have) != set(targets):
+        missing, extra = sorted(set(targets) - set(have)), sorted(set(have) - set(targets))
+        raise ValueError(f"{source}: trainable tensors do not match the policy (missing {missing[:3]}, unexpected {extra[:3]}); resume with the same actor.model settings")
+    bad = [k for k, t in targets.items() if tuple(t.shape) != have[k]]
+    if bad:
+        raise ValueError(f"{source}: {bad[0]} has shape {have[bad[0]]} but the policy expects {tuple(targets[bad[0]].shape)}; resume with the same model")
+    for name, target in targets.items():
+        buf = full[name].to(target.device, target.dtype) if rank == 0 else torch.empty(target.shape, dtype=target.dtype, device=target.device)
+        dist.broadcast(buf, src=0)
+        with torch.no_grad():
+            if isinstance(target, DTensor):
+                local = torch.distributed.tensor.distribute_tensor(buf, target.device_mesh, target.placements, src_data_rank=None)
+                target.to_local().copy_(local.to_local())
+            else:
+                target.copy_(buf)
+
+
+def move_training_state(model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+    """Move sharded parameters, gradients and optimizer state to `device` (offload / reload)."""
+    model.to(device)  # FSDPModule._apply moves the sharded DTensors
+    for state in optimizer.state.values():
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor):
+                state[key] = value.to(device, non_blocking=True)
+    if device.type == "cpu" and torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()

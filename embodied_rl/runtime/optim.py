@@ -1,0 +1,110 @@
+"""AdamW with a separate value-head group, and the per-training-step LR schedule.
+
+Keys: `actor.optim.*` (schema/runtime.py::OptimConfig). One scheduler step is taken per
+training step (not per optimizer step), so the schedule is measured in the same unit as
+`runner.max_steps` and `lr_warmup_steps`, whatever the batch sizes are.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Callable
+
+import torch
+from torch import nn
+
+from embodied_rl.errors import ConfigError
+
+#: Parameters whose dotted name contains this component train with `value_lr`.
+VALUE_HEAD_COMPONENT = "value_head"
+
+
+def is_value_head_param(name: str) -> bool:
+    return VALUE_HEAD_COMPONENT in name.split(".")
+
+
+def build_param_groups(named_params: Iterable[tuple[str, nn.Parameter]], lr: float, value_lr: float) -> list[dict]:
+    """Trainable parameters split into the policy group (`lr`) and the value-head group (`value_lr`).
+
+    Frozen parameters (requires_grad False, e.g. the base weights under LoRA) are left out,
+    so the optimizer holds state only for what trains. An empty group is dropped.
+    """
+    policy, value = [], []
+    for name, p in named_params:
+        if p.requires_grad:
+            (value if is_value_head_param(name) else policy).append(p)
+    groups = [
+        {"params": policy, "lr": lr, "name": "policy"},
+        {"params": value, "lr": value_lr, "name": "value_head"},
+    ]
+    groups = [g for g in groups if g["params"]]
+    if not groups:
+        raise ConfigError("actor.model: the policy has no trainable parameters; set actor.model.is_lora or unfreeze weights")
+    return groups
+
+
+def build_optimizer(model: nn.Module, optim_cfg) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters of `model` (DTensors under FSDP2 work as-is)."""
+    _validate(optim_cfg)
+    groups = build_param_groups(model.named_parameters(), optim_cfg.lr, optim_cfg.value_lr)
+    return torch.optim.AdamW(
+        groups,
+        lr=optim_cfg.lr,
+        betas=(optim_cfg.adam_beta1, optim_cfg.adam_beta2),
+        eps=optim_cfg.adam_eps,
+        weight_decay=optim_cfg.weight_decay,
+    )
+
+
+def lr_multiplier(step: int, *, kind: str, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
+    """Multiplier of the base LR in training step `step` (0-based).
+
+    Warm-up is linear and reaches 1 at step warmup_steps - 1 (the first step trains with
+    lr / warmup_steps, never with 0). Then `constant` stays at 1 while `cosine` and
+    `linear` decay to `min_ratio` at step total_steps - 1.
+    """
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if kind == "constant":
+        return 1.0
+    decay_steps = max(1, total_steps - warmup_steps - 1)
+    progress = min(1.0, (step - warmup_steps) / decay_steps)
+    if kind == "cosine":
+        shape = 0.5 * (1.0 + math.cos(math.pi * progress))
+    elif kind == "linear":
+        shape = 1.0 - progress
+    else:
+        raise ConfigError(f"actor.optim.lr_scheduler={kind!r} is not valid; choose one of: constant, cosine, linear")
+    return min_ratio + (1.0 - min_ratio) * shape
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, optim_cfg, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """LambdaLR applying `lr_multiplier` to every group; `min_lr` is relative to `lr`, so the
+    value-head group decays to value_lr * min_lr / lr."""
+    _validate(optim_cfg)
+    min_ratio = optim_cfg.min_lr / optim_cfg.lr if optim_cfg.lr > 0 else 0.0
+    fn: Callable[[int], float] = _Multiplier(optim_cfg.lr_scheduler, optim_cfg.lr_warmup_steps, total_steps, min_ratio)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, fn)
+
+
+class _Multiplier:
+    """Picklable LR lambda (a closure could not travel in a Ray call or a checkpoint)."""
+
+    def __init__(self, kind: str, warmup_steps: int, total_steps: int, min_ratio: float) -> None:
+        self.kind, self.warmup_steps, self.total_steps, self.min_ratio = kind, warmup_steps, total_steps, min_ratio
+
+    def __call__(self, step: int) -> float:
+        return lr_multiplier(step, kind=self.kind, warmup_steps=self.warmup_steps, total_steps=self.total_steps, min_ratio=self.min_ratio)
+
+
+def _validate(cfg) -> None:
+    if cfg.lr < 0 or cfg.value_lr < 0:
+        raise ConfigError(f"actor.optim.lr={cfg.lr} and value_lr={cfg.value_lr} must be >= 0")
+    if not 0 <= cfg.min_lr <= cfg.lr:
+        raise ConfigError(f"actor.optim.min_lr={cfg.min_lr} must be in [0, actor.optim.lr={cfg.lr}]")
+    if cfg.lr_warmup_steps < 0:
+        raise ConfigError(f"actor.optim.lr_warmup_steps={cfg.lr_warmup_steps} must be >= 0")
+    if not (0 <= cfg.adam_beta1 < 1 and 0 <= cfg.adam_beta2 < 1) or cfg.adam_eps <= 0:
+        raise ConfigError("actor.optim.adam_beta1/adam_beta2 must be in [0, 1) and adam_eps > 0")
+    if cfg.weight_decay < 0:
+        raise ConfigError(f"actor.optim.weight_decay={cfg.weight_decay} must be >= 0")

@@ -1,0 +1,233 @@
+"""ActorWorker: one rank of the FSDP2 training group (gloo on CPU, NCCL on GPU).
+
+A plain class: G1's WorkerGroup (or `ray.remote(ActorWorker)`) makes it a Ray actor, one
+process per rank. Lifecycle, driven by the runner:
+
+    addr, port = rank0.get_master_address()            # rank 0's host and a free port
+    all ranks:  setup(addr, port)                      # process group, policy, FSDP2, AdamW, LR schedule
+    per step:   train_step(batch) -> metrics           # collective; batch contract in actor_batch.py
+                get_trainable_state_dict() -> (sd | None, version)   # collective; sd on rank 0 only
+                offload() / onload()                   # collocated GPU layouts (actor.enable_offload)
+    save_checkpoint(dir) / load_checkpoint(dir)        # collective; rank 0 writes/reads the files
+    shutdown()
+
+Every rank may be handed the same full batch (one Ray object, read zero-copy): each rank
+trains only on its slice of every global minibatch (see actor_batch.minibatch_plan).
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from safetensors.torch import load_file, save_file
+from torch.distributed.tensor import DTensor
+
+from embodied_rl.algorithms import compute_actor_critic_loss
+from embodied_rl.errors import ConfigError
+from embodied_rl.models import build_policy
+from embodied_rl.runtime import fsdp
+from embodied_rl.runtime.optim import build_optimizer, build_scheduler
+from embodied_rl.runtime.rng import capture_rng_state, restore_rng_state
+from embodied_rl.workers.actor_batch import check_batch_sizes, flatten_batch, minibatch_plan, num_samples, select
+
+log = logging.getLogger(__name__)
+
+WEIGHTS_FILE, OPTIM_FILE, STATE_FILE = "trainable.safetensors", "optimizer.pt", "actor_state.pt"
+
+
+class ActorWorker:
+    def __init__(self, cfg, rank: int, world_size: int) -> None:
+        self.cfg, self.rank, self.world_size = cfg, rank, world_size
+        self.version = 0  # weight version: number of completed train steps (0 = as loaded)
+        self.policy = self.optimizer = self.scheduler = None
+        self.device = torch.device("cpu")
+        self._offloaded = False
+
+    # ---- set-up ------------------------------------------------------------------------
+    def get_master_address(self) -> tuple[str, int]:
+        """Called on rank 0 only: where the other ranks rendezvous."""
+        return fsdp.host_ip(), fsdp.free_port()
+
+    def setup(self, master_addr: str, master_port: int) -> dict:
+        a = self.cfg.actor
+        self.device = fsdp.actor_device()
+        if a.enable_offload and self.device.type != "cuda":
+            raise ConfigError("actor.enable_offload=true needs a GPU actor (on CPU the weights already live in host memory); set it false")
+        fsdp.check_precision(a.fsdp_config, self.device)
+        fsdp.init_process_group(self.rank, self.world_size, master_addr, master_port, self.device)
+        # Same seed on every rank: each rank builds the full policy and keeps its shard, so
+        # randomly initialised parts (value head, LoRA) must be identical everywhere.
+        torch.manual_seed(a.seed)
+        # fp32 master weights; the compute dtype is fsdp_config.mixed_precision.param_dtype.
+        policy = build_policy(a.model, device=self.device, dtype=torch.float32)
+        policy.train()
+        self.policy = fsdp.apply_fsdp2(policy, a.fsdp_config, self.world_size, self.device)
+        self.optimizer = build_optimizer(self.policy, a.optim)
+        self.scheduler = build_scheduler(self.optimizer, a.optim, self.cfg.runner.max_steps)
+        self._shuffle = torch.Generator().manual_seed(a.seed)
+        trainable = sum(p.numel() for p in self.policy.parameters() if p.requires_grad)
+        return {"rank": self.rank, "device": str(self.device), "backend": dist.get_backend(), "trainable_params": trainable}
+
+    # ---- training ----------------------------------------------------------------------
+    def train_step(self, batch: dict) -> dict[str, float]:
+        """`algorithm.update_epoch` passes over the batch, one optimizer step per global
+        minibatch, then one LR-scheduler step. Returns metrics averaged over all ranks."""
+        self._require_setup()
+        self.onload()
+        algo, a = self.cfg.algorithm, self.cfg.actor
+        flat = flatten_batch(batch, needs_critic=algo.uses_critic)
+        total = num_samples(flat)
+        check_batch_sizes(total, a.global_batch_size, a.micro_batch_size, self.world_size)
+        sums: dict[str, float] = defaultdict(float)
+        n_micro = n_steps = skipped = 0
+        grad_norm_sum = 0.0
+        lrs = [g["lr"] for g in self.optimizer.param_groups]  # the LR this training step uses
+        for _ in range(algo.update_epoch):
+            for micro_indices in minibatch_plan(total, a.global_batch_size, a.micro_batch_size, self.rank, self.world_size, self._shuffle):
+                for idx in micro_indices:
+                    metrics = self._backward_micro(select(flat, idx), scale=1.0 / len(micro_indices))
+                    for k, v in metrics.items():
+                        sums[k] += v
+                    n_micro += 1
+                norm = self._clip_and_step()
+                n_steps += 1
+                skipped += not math.isfinite(norm)
+                grad_norm_sum += norm if math.isfinite(norm) else 0.0
+        self.scheduler.step()
+        self.version += 1
+        out = {f"train/{k}": v / n_micro for k, v in sums.items()}
+        out = self._mean_over_ranks(out)
+        out["train/actor/grad_norm"] = grad_norm_sum / max(1, n_steps - skipped)
+        out["train/actor/nonfinite_grad_steps"] = float(skipped)
+        out["train/actor/optimizer_steps"] = float(n_steps)
+        for group, lr in zip(self.optimizer.param_groups, lrs):
+            out["train/critic/lr" if group["name"] == "value_head" else "train/actor/lr"] = lr
+        return out
+
+    def _backward_micro(self, mb: dict, scale: float) -> dict[str, float]:
+        algo = self.cfg.algorithm
+        mb = _to_device(mb, self.device)
+        sp = algo.sampling_params
+        out = self.policy.evaluate_actions(
+            mb["forward_inputs"], mb["action_tokens"], temperature=sp.temperature_train,
+            top_k=sp.top_k or 0, compute_values=algo.uses_critic,
+        )
+        critic = algo.uses_critic
+        loss, metrics = compute_actor_critic_loss(
+            algo,
+            logprobs=out["logprobs"].float(), old_logprobs=mb["logprobs"], advantages=mb["advantages"],
+            loss_mask=mb["loss_mask"], entropy=_float(out.get("entropy")),
+            values=_float(out.get("values")) if critic else None,
+            old_values=mb.get("values"), returns=mb.get("returns"), value_mask=mb.get("value_mask"),
+            ref_logprobs=mb.get("ref_logprobs"), action_dim=self.cfg.actor.model.action_dim,
+        )
+        (loss * scale).backward()
+        return metrics
+
+    def _clip_and_step(self) -> float:
+        """Clip the global grad norm (optim.clip_grad <= 0: measure only) and step; a
+        non-finite norm skips the update on every rank (the norm is the same everywhere)."""
+        params = [p for p in self.policy.parameters() if p.grad is not None]
+        clip = self.cfg.actor.optim.clip_grad
+        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
+        norm = float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
+        if math.isfinite(norm):
+            self.optimizer.step()
+        else:
+            log.warning("actor rank %d: non-finite gradient norm, optimizer step skipped", self.rank)
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm
+
+    def _mean_over_ranks(self, metrics: dict[str, float]) -> dict[str, float]:
+        keys = sorted(metrics)
+        t = torch.tensor([metrics[k] for k in keys], dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return {k: float(v) / self.world_size for k, v in zip(keys, t.tolist())}
+
+    # ---- weight sync and offload -------------------------------------------------------
+    def get_trainable_state_dict(self) -> tuple[dict[str, torch.Tensor] | None, int]:
+        """Full CPU tensors of the trainable weights (policy.trainable_state_dict keys: LoRA +
+        value head when is_lora, else all) on rank 0, None elsewhere; plus the weight version,
+        which increases by one per train step. Collective."""
+        self._require_setup()
+        self.onload()
+        return fsdp.gather_full(self.policy.trainable_state_dict(), self.rank), self.version
+
+    def offload(self) -> None:
+        """Move weights, gradients and optimizer state to CPU (only with actor.enable_offload)."""
+        if self.cfg.actor.enable_offload and not self._offloaded:
+            fsdp.move_training_state(self.policy, self.optimizer, torch.device("cpu"))
+            self._offloaded = True
+
+    def onload(self) -> None:
+        if self._offloaded:
+            fsdp.move_training_state(self.policy, self.optimizer, self.device)
+            self._offloaded = False
+
+    # ---- checkpoints -------------------------------------------------------------------
+    def save_checkpoint(self, actor_dir: str) -> None:
+        """Write trainable weights, optimizer, scheduler, shuffle and per-rank RNG state into
+        `actor_dir` (rank 0 writes; the directory must be reachable from rank 0). Collective."""
+        self._require_setup()
+        self.onload()
+        weights = fsdp.gather_full(self.policy.trainable_state_dict(), self.rank)
+        optim = fsdp.full_optimizer_state_dict(self.policy, self.optimizer)
+        rngs = [None] * self.world_size if self.rank == 0 else None
+        dist.gather_object(capture_rng_state(), rngs, dst=0)
+        if self.rank == 0:
+            out = Path(actor_dir)
+            out.mkdir(parents=True, exist_ok=True)
+            save_file({k: v.contiguous() for k, v in weights.items()}, str(out / WEIGHTS_FILE))
+            torch.save(optim, out / OPTIM_FILE)
+            sched = self.scheduler.state_dict()
+            # The schedule's shape comes from the config on resume (e.g. a longer max_steps), not the file.
+            sched["lr_lambdas"] = [None] * len(sched["lr_lambdas"])
+            torch.save({"version": self.version, "world_size": self.world_size, "scheduler": sched,
+                        "shuffle": self._shuffle.get_state(), "rng": rngs}, out / STATE_FILE)
+        dist.barrier()
+
+    def load_checkpoint(self, actor_dir: str) -> int:
+        """Restore everything `save_checkpoint` wrote; returns the weight version. Collective."""
+        self._require_setup()
+        self.onload()
+        path = Path(actor_dir)
+        if self.rank == 0 and not (path / STATE_FILE).is_file():
+            raise FileNotFoundError(f"{path}: not an actor checkpoint (no {STATE_FILE}); pass a checkpoint directory written by embodied-rl train")
+        weights = load_file(str(path / WEIGHTS_FILE)) if self.rank == 0 else None
+        fsdp.load_full_into(self.policy.trainable_state_dict(), weights, self.rank, str(path / WEIGHTS_FILE))
+        optim = torch.load(path / OPTIM_FILE, weights_only=False) if self.rank == 0 else {}
+        fsdp.load_full_optimizer_state_dict(self.policy, self.optimizer, optim)
+        box = [torch.load(path / STATE_FILE, weights_only=False)] if self.rank == 0 else [None]
+        dist.broadcast_object_list(box, src=0)
+        state = box[0]
+        self.scheduler.load_state_dict(state["scheduler"])
+        self._shuffle.set_state(state["shuffle"])
+        self.version = int(state["version"])
+        if state["world_size"] != self.world_size:
+            log.warning("actor checkpoint was written by %d ranks, resuming on %d: per-rank RNG streams are reassigned",
+                        state["world_size"], self.world_size)
+        restore_rng_state(state["rng"][self.rank % state["world_size"]])
+        return self.version
+
+    def shutdown(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    def _require_setup(self) -> None:
+        if self.policy is None:
+            raise RuntimeError("ActorWorker.setup(master_addr, master_port) must run before training")
+
+
+def _to_device(x, device: torch.device):
+    if isinstance(x, dict):
+        return {k: _to_device(v, device) for k, v in x.items()}
+    return x.to(device, non_blocking=True) if isinstance(x, torch.Tensor) else x
+
+
+def _float(x: torch.Tensor | None) -> torch.Tensor | None:
+    return None if x is None else x.float()
+
