@@ -21,7 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 from embodied_rl.config import checks
 from embodied_rl.config.overrides import apply_override, parse_override
 from embodied_rl.config.schema import EnvConfig, RootConfig
-from embodied_rl.config.typecheck import build
+from embodied_rl.config.typecheck import MISSING, build
 from embodied_rl.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -132,8 +132,25 @@ def compose(name_or_path: str, overrides: Sequence[str] = ()) -> dict[str, Any]:
     return tree
 
 
+def _first_missing(node: Any, path: str = "") -> str | None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            found = _first_missing(value, f"{path}.{key}" if path else str(key))
+            if found:
+                return found
+    return path if node == MISSING else None
+
+
 def resolve(tree: dict[str, Any]) -> dict[str, Any]:
-    """Resolve `${...}` interpolations; errors name the key that holds the interpolation."""
+    """Resolve `${...}` interpolations; errors name the key that holds the interpolation.
+
+    Required (???) values are reported first, by their own key rather than by the key whose
+    interpolation happens to reach them.
+    """
+    _check_env_picked(tree)
+    missing = _first_missing(tree)
+    if missing:
+        raise ConfigError(f"{missing}: missing required value (???); set it with {missing}=<value>")
     try:
         return OmegaConf.to_container(OmegaConf.create(tree), resolve=True, throw_on_missing=False)
     except OmegaConfBaseException as err:
@@ -144,7 +161,6 @@ def resolve(tree: dict[str, Any]) -> dict[str, Any]:
 
 def validate(data: dict[str, Any]) -> RootConfig:
     """Check a resolved tree against the schema, the simulator backends and cross-key rules."""
-    _check_env_picked(data)
     cfg = build(RootConfig, data, "")
     for section in ENV_SECTIONS:
         env_cfg: EnvConfig = getattr(cfg.env, section)
@@ -156,7 +172,7 @@ def validate(data: dict[str, Any]) -> RootConfig:
 def _check_env_picked(data: dict[str, Any]) -> None:
     env = data.get("env")
     for section in ENV_SECTIONS:
-        if isinstance(env, dict) and isinstance(env.get(section), dict) and env[section].get("env_type") == "???":
+        if isinstance(env, dict) and isinstance(env.get(section), dict) and env[section].get("env_type") == MISSING:
             names = ", ".join(available(ENV_CONFIG_DIR)) or "(none)"
             raise ConfigError(
                 f"env.{section}: no env config chosen; add env/<name>@env.{section} to 'defaults' "

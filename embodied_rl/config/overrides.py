@@ -70,7 +70,10 @@ def apply_override(tree: dict[str, Any], ov: Override) -> None:
     path = ""
     for part in parts[:-1]:
         if part not in node:
-            _missing(node, tp, path, part, ov)
+            if ov.add and not _is_fixed(tp):
+                node[part] = {}  # `+a.b.c=1` inside a free-form section creates a.b
+            else:
+                _missing(node, tp, path, part, ov)
         node, tp = node[part], _child_type(tp, part)
         path = f"{path}.{part}" if path else part
         if not isinstance(node, dict):

@@ -53,7 +53,7 @@ def type_name(tp: Any) -> str:
 
 def is_free_form(tp: Any) -> bool:
     """A dict[str, X] field: users may add keys to it (with `+key=value`)."""
-    return typing.get_origin(tp) is dict
+    return tp is dict or typing.get_origin(tp) is dict
 
 
 def schema_paths(cls: type, prefix: str = "") -> list[str]:
@@ -94,6 +94,8 @@ def convert(tp: Any, value: Any, path: str) -> Any:
     """Check `value` against type `tp` and return it converted (dataclass sections built)."""
     if isinstance(value, str) and value == MISSING:
         raise ConfigError(f"{path}: missing required value (???); set it with {path}=<value>")
+    if tp in (dict, list):  # bare annotations mean "any items"
+        tp = dict[str, Any] if tp is dict else list[Any]
     origin = typing.get_origin(tp)
     if tp is Any:
         return value

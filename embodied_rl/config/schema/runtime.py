@@ -24,6 +24,7 @@ class ClusterConfig:
         metadata={"help": "Mapping 'component[,component...]' -> ranks: 'all', '3', '0,2', '0-3', '0-3,5'. Ranks are GPUs (CPU worker slots on a machine without GPUs)."},
     )
     address: str | None = field(default=None, metadata={"help": "Ray address of an existing cluster (e.g. 10.0.0.1:6379); null = $RAY_ADDRESS if set, else start Ray locally."})
+    num_cpu_slots: int | None = field(default=None, metadata={"help": "On nodes without GPUs: worker slots per node that placement ranks refer to (processes on one slot share one CPU); null = the node's CPU count."})
 
 
 @dataclass

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Entry point of the README: set up this checkout (idempotent, seconds when nothing changed),
+# then run a job inside .venv.
+#   bash scripts/run.sh train [CONFIG] [key=value ...]   RL training (default: maniskill_ppo_tiny)
+#   bash scripts/run.sh test [pytest args ...]           the whole test suite, slow tests included
+#   bash scripts/run.sh <embodied-rl subcommand> ...     eval, review, make-model, print-config
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+JOB="${1:-}"
+[[ -n "$JOB" ]] || { echo "usage: bash scripts/run.sh {train|test|eval|review|make-model|print-config} [args...]" >&2; exit 2; }
+shift
+
+case "$JOB" in
+  test)
+    bash scripts/setup.sh --browser
+    # -p no:cacheprovider: a clean clone stays clean; the per-test timeout catches hangs.
+    exec .venv/bin/python -m pytest tests -p no:cacheprovider --timeout 900 "$@"
+    ;;
+  *)
+    bash scripts/setup.sh
+    exec .venv/bin/embodied-rl "$JOB" "$@"
+    ;;
+esac

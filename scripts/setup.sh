@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# One-time (and idempotent) set-up of this checkout on Debian 12 / Python >= 3.10:
+#   system libraries (apt, only when missing), the software Vulkan driver when there is no GPU
+#   driver, the virtual environment .venv with CPU torch (or CUDA torch with nvidia-smi), the
+#   package with its simulator extras, and the LIBERO config. The pip step is skipped when the
+#   stamp (hash of pyproject.toml, constraints and these scripts) is unchanged, so a second
+#   call takes seconds.
+#
+# Usage: bash scripts/setup.sh [--browser] [--no-install] [--print-stamp]
+#   --browser      also install chromium + chromium-driver (browser tests of the review page)
+#   --no-install   never install anything; exit 1 with the fix if something is missing or stale
+#   --print-stamp  print the stamp of this checkout and exit
+# Env: PYTHON (default python3), EMBODIED_RL_HOME (default ~/.cache/embodied_rl)
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$REPO/.venv"
+STAMP_FILE="$VENV/.embodied_rl_setup_stamp"
+PYTHON="${PYTHON:-python3}"
+BROWSER=0
+NO_INSTALL=0
+
+log() { echo "setup: $*" >&2; }
+die() { echo "setup: error: $*" >&2; exit 1; }
+
+for arg in "$@"; do
+  case "$arg" in
+    --browser) BROWSER=1 ;;
+    --no-install) NO_INSTALL=1 ;;
+    --print-stamp) ;;
+    *) die "unknown argument '$arg' (use --browser, --no-install or --print-stamp)" ;;
+  esac
+done
+
+has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
+
+# Everything that decides what pip installs; any change re-runs pip.
+stamp() {
+  {
+    cat "$REPO/pyproject.toml" "$REPO/requirements/constraints-cpu.txt" "$REPO/requirements/constraints-gpu.txt" "$REPO/scripts/setup.sh"
+    if has_gpu; then echo gpu; else echo cpu; fi
+  } | sha256sum | cut -d' ' -f1
+}
+
+if [[ " $* " == *" --print-stamp "* ]]; then stamp; exit 0; fi
+
+# ---- system packages (apt only when something is missing) -----------------------------
+apt_missing() {
+  local missing=()
+  for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+  echo "${missing[@]:-}"
+}
+
+apt_install() {
+  local pkgs
+  pkgs=$(apt_missing "$@")
+  [[ -z "$pkgs" ]] && return 0
+  [[ $NO_INSTALL -eq 1 ]] && die "missing system packages: $pkgs; run: bash scripts/setup.sh"
+  command -v apt-get >/dev/null || die "missing system packages: $pkgs (no apt-get: install them with your package manager)"
+  local sudo=()
+  if [[ $(id -u) -ne 0 ]]; then
+    sudo -n true 2>/dev/null || die "missing system packages: $pkgs; run as root: apt-get install -y $pkgs"
+    sudo=(sudo -n)
+  fi
+  log "installing system packages: $pkgs"
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get -q -o DPkg::Lock::Timeout=600 update >/dev/null
+  # shellcheck disable=SC2086
+  "${sudo[@]}" apt-get -q install -y -o DPkg::Lock::Timeout=600 --no-install-recommends $pkgs >/dev/null
+}
+
+command -v dpkg >/dev/null || die "this script supports Debian/Ubuntu (dpkg not found)"
+# MuJoCo (LIBERO) renders headless through EGL, or OSMesa as the fallback.
+SYSTEM_PKGS=(libegl1 libgl1 libosmesa6)
+[[ $BROWSER -eq 1 ]] && SYSTEM_PKGS+=(chromium chromium-driver)
+apt_install "${SYSTEM_PKGS[@]}"
+
+# ---- software Vulkan for SAPIEN (ManiSkill) when there is no GPU driver -----------------
+if ! has_gpu; then
+  if [[ $NO_INSTALL -eq 1 ]]; then
+    [[ -f "${EMBODIED_RL_HOME:-$HOME/.cache/embodied_rl}/vulkan/lvp_icd.json" ]] \
+      || die "software Vulkan driver missing; run: bash scripts/setup.sh"
+  else
+    bash "$REPO/scripts/install_vulkan.sh"
+  fi
+fi
+
+# ---- virtual environment and Python packages -------------------------------------------
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+  || die "$PYTHON is $("$PYTHON" --version 2>&1); Python >= 3.10 is required (set PYTHON=...)"
+
+WANT=$(stamp)
+if [[ -x "$VENV/bin/python" && -f "$STAMP_FILE" && "$(cat "$STAMP_FILE")" == "$WANT" ]]; then
+  log "python packages up to date (.venv)"
+else
+  [[ $NO_INSTALL -eq 1 ]] && die ".venv is missing or out of date; run: bash scripts/setup.sh"
+  if [[ ! -x "$VENV/bin/python" ]]; then
+    log "creating $VENV"
+    "$PYTHON" -m venv "$VENV" || die "could not create a venv; on Debian run: apt-get install -y python3-venv"
+  fi
+  PIP=("$VENV/bin/python" -m pip install -q)
+  if has_gpu; then
+    log "NVIDIA GPU found: installing CUDA torch and the gpu extra"
+    "${PIP[@]}" -c "$REPO/requirements/constraints-gpu.txt" torch torchvision
+    "${PIP[@]}" -c "$REPO/requirements/constraints-gpu.txt" -e "$REPO[maniskill,libero,gpu,dev]"
+  else
+    # The constraints keep the CPU build: an unpinned torchvision would pull CUDA wheels (GBs).
+    log "no GPU: installing CPU torch and the package (a few minutes the first time)"
+    "${PIP[@]}" -c "$REPO/requirements/constraints-cpu.txt" torch==2.13.0
+    "${PIP[@]}" -c "$REPO/requirements/constraints-cpu.txt" -e "$REPO[maniskill,libero,dev]"
+  fi
+  echo "$WANT" >"$STAMP_FILE"
+fi
+
+# ---- LIBERO: asset link + non-interactive config (cheap; outside the venv, so always checked)
+"$VENV/bin/python" "$REPO/scripts/setup_libero.py"
+log "done"
