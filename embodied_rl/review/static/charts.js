@@ -1,0 +1,131 @@
+// Curves over global steps from metrics.jsonl, drawn as plain SVG (no chart library).
+"use strict";
+(function (R) {
+  const el = R.el, svg = R.svg;
+  const $ = (id) => document.getElementById(id);
+  const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
+  const W = 640, H = 240, M = { l: 52, r: 12, t: 12, b: 32 };
+  const SUCCESS = /(^|\/)success(_once|_at_end)?$/;
+  const RETURN = /(^|\/)return$/;
+
+  function niceTicks(lo, hi, count) {
+    const span = hi - lo || 1;
+    const raw = span / count, mag = Math.pow(10, Math.floor(Math.log10(raw)));
+    const step = [1, 2, 5, 10].map((f) => f * mag).find((s) => span / s <= count) || 10 * mag;
+    const ticks = [];
+    for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) ticks.push(Number(v.toPrecision(12)));
+    return ticks;
+  }
+
+  R.Charts = class {
+    constructor(app) {
+      this.app = app;
+      this.extra = $("m-extra");
+      this.extra.addEventListener("input", () => this.render());
+    }
+
+    setCatalog(catalog) {
+      this.catalog = catalog;
+      const keys = new Set();
+      for (const run of catalog.runs) Object.keys(run.metrics).forEach((k) => keys.add(k));
+      R.fillSelect(this.extra, [["", "(none)"]].concat([...keys].sort().map((k) => [k, k])), true);
+      this.render();
+    }
+
+    metricSeries(test) {
+      const out = [];
+      const many = this.catalog.runs.length > 1;
+      for (const run of this.catalog.runs) {
+        for (const [key, points] of Object.entries(run.metrics)) {
+          if (!test(key)) continue;
+          const mode = key.startsWith("eval/") ? "eval" : "train";
+          out.push({ label: (many ? run.name + ": " : "") + key, points: points, run: run.id, mode: mode });
+        }
+      }
+      return out;
+    }
+
+    // Success rate and mean return of the recorded episodes, per run, mode and step.
+    videoSeries(field) {
+      const acc = new Map();
+      for (const v of this.catalog.videos) {
+        for (const ep of v.episodes) {
+          const value = field === "success" ? (ep.success == null ? null : Number(ep.success)) : ep.return;
+          if (value == null || !Number.isFinite(value)) continue;
+          const key = `${v.run}|${v.mode}`;
+          if (!acc.has(key)) acc.set(key, { run: v.run, mode: v.mode, steps: new Map() });
+          const steps = acc.get(key).steps;
+          const cell = steps.get(v.global_step) || [0, 0];
+          steps.set(v.global_step, [cell[0] + value, cell[1] + 1]);
+        }
+      }
+      const many = this.catalog.runs.length > 1;
+      return [...acc.values()].map((s) => ({
+        label: (many ? R.runName(this.catalog, s.run) + ": " : "") + `videos/${s.mode} ${field}`,
+        run: s.run, mode: s.mode, dashed: true,
+        points: [...s.steps.entries()].sort((a, b) => a[0] - b[0]).map(([step, [sum, n]]) => [step, sum / n]),
+      }));
+    }
+
+    render() {
+      const specs = [
+        { title: "Success rate", unit: true,
+          series: this.metricSeries((k) => SUCCESS.test(k)).concat(this.videoSeries("success")) },
+        { title: "Return", series: this.metricSeries((k) => RETURN.test(k)).concat(this.videoSeries("return")) },
+      ];
+      if (this.extra.value) specs.push({ title: this.extra.value, series: this.metricSeries((k) => k === this.extra.value) });
+      $("charts").replaceChildren(...specs.map((spec) => this.chart(spec)));
+    }
+
+    chart(spec) {
+      const series = spec.series.filter((s) => s.points.length);
+      const box = el("figure", { className: "chart" }, [el("figcaption", { textContent: spec.title })]);
+      if (!series.length) {
+        box.append(el("p", { className: "muted", textContent: "No data yet (metrics.jsonl or recorded episodes)." }));
+        return box;
+      }
+      const all = series.flatMap((s) => s.points);
+      let [x0, x1] = [Math.min(...all.map((p) => p[0])), Math.max(...all.map((p) => p[0]))];
+      let [y0, y1] = [Math.min(...all.map((p) => p[1])), Math.max(...all.map((p) => p[1]))];
+      if (spec.unit && y0 >= 0 && y1 <= 1) [y0, y1] = [0, 1];
+      if (x0 === x1) [x0, x1] = [x0 - 1, x1 + 1];
+      if (y0 === y1) [y0, y1] = [y0 - 1, y1 + 1];
+      const sx = (x) => M.l + (x - x0) / (x1 - x0) * (W - M.l - M.r);
+      const sy = (y) => H - M.b - (y - y0) / (y1 - y0) * (H - M.t - M.b);
+      const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "plot", role: "img", "aria-label": spec.title });
+      for (const t of niceTicks(y0, y1, 5)) {
+        root.append(svg("line", { x1: M.l, x2: W - M.r, y1: sy(t), y2: sy(t), class: "grid" }));
+        const label = svg("text", { x: M.l - 6, y: sy(t) + 4, "text-anchor": "end", class: "tick" });
+        label.textContent = R.num(t, 2);
+        root.append(label);
+      }
+      for (const t of niceTicks(x0, x1, 8).filter((t) => Number.isInteger(t))) {
+        const label = svg("text", { x: sx(t), y: H - M.b + 16, "text-anchor": "middle", class: "tick" });
+        label.textContent = String(t);
+        root.append(label);
+      }
+      const axis = svg("text", { x: W - M.r, y: H - 4, "text-anchor": "end", class: "tick" });
+      axis.textContent = "global step";
+      root.append(axis);
+      const legend = el("div", { className: "legend" });
+      series.forEach((s, i) => {
+        const color = COLORS[i % COLORS.length];
+        const path = s.points.map((p, j) => `${j ? "L" : "M"}${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join("");
+        root.append(svg("path", { d: path, stroke: color, class: "line" + (s.dashed ? " dashed" : "") }));
+        for (const [x, y] of s.points) {
+          const dot = svg("circle", { cx: sx(x), cy: sy(y), r: 3.5, fill: color, class: "point" });
+          const tip = svg("title");
+          tip.textContent = `${s.label}\nstep ${x}: ${R.num(y, 4)}\n(click: list this step's episodes)`;
+          dot.append(tip);
+          dot.addEventListener("click", () => { this.app.setView("episodes"); this.app.episodes.showStep(s.run, x, s.mode); });
+          root.append(dot);
+        }
+        const swatch = el("span", { className: "swatch" });
+        swatch.style.background = color;
+        legend.append(el("span", { className: "legend-item" }, [swatch, s.label]));
+      });
+      box.append(root, legend);
+      return box;
+    }
+  };
+})(window.Review);

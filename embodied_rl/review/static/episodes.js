@@ -1,0 +1,132 @@
+// The episode list: filters, sorting, the table and the player beside it.
+"use strict";
+(function (R) {
+  const el = R.el;
+  const $ = (id) => document.getElementById(id);
+
+  R.Episodes = class {
+    constructor(app) {
+      this.app = app;
+      this.rows = [];
+      this.visible = [];
+      this.selected = null;
+      this.f = { run: $("f-run"), mode: $("f-mode"), min: $("f-step-min"), max: $("f-step-max"),
+        task: $("f-task"), outcome: $("f-outcome"), sort: $("f-sort") };
+      for (const input of Object.values(this.f)) input.addEventListener("input", () => this.render());
+      $("f-clear").addEventListener("click", () => this.clearFilters());
+      this.tbody = document.querySelector("#episode-table tbody");
+      const pane = $("player-pane");
+      this.player = new R.Player(pane, (video, ep) => this.select(this.rows.find((r) => r.ep === ep), true));
+      this.compareBtn = el("button", { type: "button", id: "compare-this", textContent: "Compare with another step",
+        onclick: () => this.selected && app.compare.open(this.rows.find((r) => r.id === this.selected)) });
+      this.player.root.querySelector(".player-side").prepend(this.compareBtn);
+      document.addEventListener("keydown", (e) => this.onKey(e));
+    }
+
+    setCatalog(catalog) {
+      this.rows = R.rowsOf(catalog);
+      R.fillSelect(this.f.run, [["", "all runs"]].concat(catalog.runs.map((r) => [r.id, r.name])), true);
+      const tasks = [...new Set(this.rows.filter((r) => r.ep && r.ep.task_id).map((r) => r.ep.task_id))].sort();
+      R.fillSelect(this.f.task, [["", "all tasks"]].concat(tasks.map((t) => [t, t])), true);
+      this.f.run.parentElement.hidden = catalog.runs.length < 2;
+      document.getElementById("episode-table").classList.toggle("single-run", catalog.runs.length < 2);
+      this.render();
+      const still = this.rows.find((r) => r.id === this.selected);
+      if (still) this.player.show(still.video, still.ep, false);
+    }
+
+    clearFilters() {
+      for (const key of ["run", "mode", "min", "max", "task", "outcome"]) this.f[key].value = "";
+      this.render();
+    }
+
+    // Show only `step` (and optionally one run and mode): used by clicks on curve points.
+    showStep(runId, step, mode) {
+      this.clearFilters();
+      if (runId != null && this.rows.some((r) => r.video.run === runId)) this.f.run.value = runId;
+      if (mode) this.f.mode.value = mode;
+      this.f.min.value = this.f.max.value = String(step);
+      this.render();
+    }
+
+    matches(row) {
+      const f = this.f, v = row.video, ep = row.ep;
+      if (f.run.value && v.run !== f.run.value) return false;
+      if (f.mode.value && v.mode !== f.mode.value) return false;
+      if (f.min.value !== "" && v.global_step < Number(f.min.value)) return false;
+      if (f.max.value !== "" && v.global_step > Number(f.max.value)) return false;
+      // Rows without episode data have no task or outcome: hidden once either filter is set.
+      if (f.task.value && (!ep || ep.task_id !== f.task.value)) return false;
+      const outcome = R.outcome(ep);
+      if (f.outcome.value === "success" && outcome !== "success") return false;
+      if (f.outcome.value === "failure" && outcome !== "failure" && outcome !== "crashed") return false;
+      if (f.outcome.value === "unfinished" && outcome !== "unfinished") return false;
+      return true;
+    }
+
+    sorted(rows) {
+      const [key, dir] = this.f.sort.value.split("-");
+      const sign = dir === "desc" ? -1 : 1;
+      const ret = (r) => (r.ep && Number.isFinite(r.ep.return) ? r.ep.return : null);
+      return rows.slice().sort((a, b) => {
+        let d = 0;
+        if (key === "return") {
+          const x = ret(a), y = ret(b);
+          d = x === y ? 0 : x === null ? 1 : y === null ? -1 : sign * (x - y); // no data last
+        }
+        if (d === 0 && key === "step") d = sign * (a.video.global_step - b.video.global_step);
+        if (d === 0) d = a.video.global_step - b.video.global_step;
+        if (d === 0) d = a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
+        return d;
+      });
+    }
+
+    render() {
+      this.visible = this.sorted(this.rows.filter((r) => this.matches(r)));
+      const trs = [];
+      for (const row of this.visible) {
+        const v = row.video, ep = row.ep || {}, outcome = R.outcome(row.ep);
+        const tr = el("tr", { className: "episode" + (row.id === this.selected ? " selected" : ""),
+          dataset: { id: row.id, outcome: outcome }, onclick: () => this.select(row, true) }, [
+          el("td", { className: "col-run", textContent: v.run_name }), el("td", { textContent: v.mode }),
+          el("td", { textContent: v.global_step }), el("td", { textContent: ep.task_id || "—", title: ep.instruction || "" }),
+          el("td", { textContent: ep.env_index ?? "—" }), el("td", { textContent: ep.reset_id ?? "—" }),
+          el("td", { textContent: R.num(ep.return) }), el("td", { textContent: ep.length ?? "—" }),
+          el("td", { className: "result " + outcome, textContent: R.outcomeLabel[outcome] }),
+        ]);
+        trs.push(tr);
+        const warnings = R.warningsOf(row);
+        if (warnings.length) {
+          tr.classList.add("has-warning");
+          trs.push(el("tr", { className: "warn-row", dataset: { id: row.id } }, [
+            el("td", { colSpan: 9 }, warnings.map((w) => el("div", { className: "warning", textContent: "⚠ " + w }))),
+          ]));
+        }
+      }
+      this.tbody.replaceChildren(...trs);
+      $("empty").hidden = this.visible.length > 0;
+      $("count").textContent = `${this.visible.length} of ${this.rows.length} rows`;
+    }
+
+    select(row, autoplay) {
+      if (!row) return;
+      this.selected = row.id;
+      for (const tr of this.tbody.querySelectorAll("tr.episode")) tr.classList.toggle("selected", tr.dataset.id === row.id);
+      this.compareBtn.disabled = !(row.ep && row.ep.task_id);
+      this.player.show(row.video, row.ep, autoplay);
+    }
+
+    onKey(e) {
+      if (this.app.view !== "episodes" || /^(INPUT|SELECT|TEXTAREA|BUTTON)$/.test(e.target.tagName)) return;
+      const i = this.visible.findIndex((r) => r.id === this.selected);
+      if (e.key === "j" || e.key === "k") {
+        const next = this.visible[Math.min(Math.max(i + (e.key === "j" ? 1 : -1), 0), this.visible.length - 1)];
+        this.select(next, true);
+        const tr = this.tbody.querySelector(`tr.selected`);
+        if (tr) tr.scrollIntoView({ block: "nearest" });
+      } else if (e.key === " ") { e.preventDefault(); this.player.toggle(); }
+      else if (e.key === ",") this.player.stepFrame(-1);
+      else if (e.key === ".") this.player.stepFrame(1);
+    }
+  };
+})(window.Review);

@@ -1,0 +1,115 @@
+"""Helpers for the review tests: a fixture run recorded by the real recorder, Chromium, the CLI server.
+
+The run is recorded by `embodied_rl.envs.video.VideoRecorder` (the one training uses) from
+synthetic frames, so it is byte-for-byte the format the review page gets from real training
+without paying for a simulator start in these tests.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+TASKS = [("PickCube-v1", "pick up the red cube"), ("PushCube-v1", "push the cube <b>to</b> the goal")]
+FRAMES = 24  # per video; episodes of 8-16 frames at 10 fps
+
+
+def _record(run: Path, mode: str, step: int, success_env0: bool) -> None:
+    """One video of 2 sub-envs: env 0 (PickCube) runs two episodes, env 1 (PushCube) fails one."""
+    from embodied_rl.envs.messages import EnvObservation, EpisodeSummary
+    from embodied_rl.envs.video import VideoRecorder
+
+    rec = VideoRecorder(str(run / "video" / mode), fps=10, info_on_video=True, tag="worker0_stage0",
+                        simulator="maniskill", env_worker=0, stage=0)
+    rec.begin(step, step, mode, run.name)
+    for i, (task, text) in enumerate(TASKS):
+        rec.episode_start(i, task, text, reset_id=10 * step + i)
+    returns, lengths = np.zeros(2), np.zeros(2, int)
+    for t in range(FRAMES):
+        images = np.zeros((2, 64, 64, 3), np.uint8)
+        images[0, :, :, 0] = 40 + 8 * t  # a changing picture, so playback visibly moves
+        images[1, :, :, 2] = 40 + 8 * t
+        images[:, 20 + t:30 + t, 25:35] = 255
+        success = np.array([success_env0 and t == 7, False])
+        rewards = success.astype(np.float32) + 0.1
+        returns += rewards
+        lengths += 1
+        rec.add_frame(EnvObservation(images, np.zeros((2, 4), np.float32), [x[1] for x in TASKS]),
+                      rewards, success, lengths.copy())
+        if t == 7:  # env 0 ends its first episode and auto-resets
+            rec.episode_end(EpisodeSummary(0, TASKS[0][0], TASKS[0][1], 10 * step, float(returns[0]),
+                                           8, success_env0, success_env0))
+            rec.episode_start(0, TASKS[0][0], TASKS[0][1], reset_id=10 * step + 2)
+            returns[0], lengths[0] = 0, 0
+    rec.episode_end(EpisodeSummary(1, TASKS[1][0], TASKS[1][1], 10 * step + 1, float(returns[1]),
+                                   FRAMES, False, False))
+    rec.end()
+
+
+def make_fixture_run(base: Path) -> Path:
+    """runs/fixture_exp with train videos at steps 1 and 2, an eval video at step 2, a video
+    whose sidecar is missing, one whose sidecar is corrupt, metrics.jsonl and config.yaml."""
+    run = base / "runs" / "fixture_exp"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text("runner:\n  experiment_name: fixture_exp\n")
+    _record(run, "train", 1, success_env0=False)
+    _record(run, "train", 2, success_env0=True)
+    _record(run, "eval", 2, success_env0=True)
+    broken = run / "video" / "train" / "step_000003"
+    broken.mkdir(parents=True)
+    for tag in ("no_sidecar", "corrupt_sidecar"):
+        src = run / "video" / "train" / "step_000001" / "worker0_stage0.mp4"
+        (broken / f"{tag}.mp4").write_bytes(src.read_bytes())
+    (broken / "corrupt_sidecar.json").write_text('{"schema_version": 1, "episodes": [')
+    lines = [{"step": s, "env/success_once": s / 4, "env/return": 0.5 * s, "time/step": 1.0} for s in (1, 2, 3)]
+    lines.append({"step": 2, "eval/env/success_once": 1.0, "eval/env/return": 1.9})
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    return run
+
+
+def add_escape_links(run: Path, outside: Path) -> None:
+    """Symlinks inside the run pointing outside it (the server must refuse them)."""
+    outside.mkdir(parents=True, exist_ok=True)
+    (outside / "secret.json").write_text('{"secret": "TOPSECRET"}')
+    step = run / "video" / "train" / "step_000001"
+    os.symlink(outside / "secret.json", step / "evil.json")
+    os.symlink(outside, run / "video" / "train" / "step_000009")
+
+
+def start_cli_server(run_dirs: list[Path], *extra: str) -> tuple[subprocess.Popen, str]:
+    """`python -m embodied_rl.review RUN... --port 0`; returns the process and the URL it prints."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "embodied_rl.review", *map(str, run_dirs), "--port", "0", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        match = re.search(r"Open (http://\S+/)", line)
+        if match:
+            return proc, match.group(1)
+    proc.wait()
+    raise RuntimeError("review server did not start:\n" + "".join(lines))
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def launch_chromium(playwright, user_data_dir: Path):
+    """Debian's Chromium, headless, fresh profile (no network services)."""
+    return playwright.chromium.launch_persistent_context(
+        str(user_data_dir), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
+        viewport={"width": 1400, "height": 900})

@@ -1,0 +1,119 @@
+"""Review page in real headless Chromium (Debian's), served by the real CLI process, plus the
+static export opened from file:// (issue 7, acceptance 1, 3 and 4)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from browser_support import launch_chromium, make_fixture_run, start_cli_server, stop
+
+pytestmark = pytest.mark.browser
+
+# The fixture: 3 recorded videos x 3 episodes + 2 videos whose sidecar is missing/corrupt.
+# Per video: env 0 episode 1 (success at steps 2, failure at step 1), env 0 episode 2 (cut off
+# by the video end: unfinished), env 1 (failure).
+EPISODES, FAILURES, SUCCESSES = 9, 4, 2
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    return make_fixture_run(tmp_path_factory.mktemp("review"))
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        context = launch_chromium(pw, tmp_path_factory.mktemp("chromium-profile"))
+        yield context
+        context.close()
+
+
+@pytest.fixture(scope="module")
+def server(run_dir):
+    proc, url = start_cli_server([run_dir])
+    yield url
+    stop(proc)
+
+
+def _open(browser, url: str):
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(url)
+    page.wait_for_selector("body[data-ready='1']", timeout=15000)
+    return page, errors
+
+
+def _listed_ids(page) -> list[str]:
+    return page.eval_on_selector_all("#episode-table tr.episode", "rows => rows.map(r => r.dataset.id)")
+
+
+def _outcomes(page) -> list[str]:
+    return page.eval_on_selector_all("#episode-table tr.episode", "rows => rows.map(r => r.dataset.outcome)")
+
+
+def test_page_filters_plays_compares(browser, server, tmp_path):
+    page, errors = _open(browser, server)
+    assert len(_listed_ids(page)) == EPISODES + 2
+    # Acceptance 4: the videos with a missing / corrupt sidecar are listed with a visible warning.
+    warnings = page.locator("#episode-table .warn-row .warning")
+    texts = " | ".join(warnings.all_inner_texts())
+    assert "no_sidecar.json is missing" in texts and "corrupt_sidecar.json is corrupt JSON" in texts
+    assert warnings.first.is_visible()
+
+    page.select_option("#f-outcome", "failure")
+    assert _outcomes(page) == ["failure"] * FAILURES
+    page.select_option("#f-outcome", "success")
+    assert _outcomes(page) == ["success"] * SUCCESSES
+
+    # Playing: click a successful episode; its video starts inside the episode's frame range.
+    page.locator("#episode-table tr.episode").first.click()
+    video = page.locator("#player-pane video")
+    page.wait_for_function("() => { const v = document.querySelector('#player-pane video');"
+                           " return v && !v.paused && v.currentTime > 0.3; }", timeout=10000)
+    assert "PickCube-v1" in page.locator("#player-pane .info").inner_text()
+    assert video.evaluate("v => v.currentTime") <= 0.8 + 0.15  # loops within frames [0, 8) at 10 fps
+
+    # The instruction with markup is shown as text, never parsed as HTML.
+    page.select_option("#f-outcome", "")
+    page.select_option("#f-task", "PushCube-v1")
+    page.locator("#episode-table tr.episode").first.click()
+    assert "push the cube <b>to</b> the goal" in page.locator("#player-pane .info").inner_text()
+
+    # Compare: two videos of the same task at two steps.
+    page.click("#compare-this")
+    page.wait_for_selector("#view-compare:not([hidden])")
+    assert page.locator("#view-compare video").count() == 2
+    left, right = (page.locator(f"#{side} select").first.input_value() for side in ("c-left", "c-right"))
+    assert left != right
+    page.click("#c-play")
+    page.wait_for_function("() => [...document.querySelectorAll('#view-compare video')]"
+                           ".every(v => !v.paused && v.currentTime > 0.2)", timeout=10000)
+    page.screenshot(path=str(tmp_path / "review_compare.png"), full_page=True)
+
+    page.click("button[data-view='curves']")
+    assert page.locator("#charts svg.plot").count() >= 2
+    page.click("button[data-view='episodes']")
+    page.select_option("#f-task", "")
+    page.screenshot(path=str(tmp_path / "review_episodes.png"), full_page=True)
+    assert not errors, errors
+    page.close()
+
+
+def test_static_export_from_file_url(browser, server, run_dir, tmp_path):
+    from embodied_rl.review.cli import main
+
+    assert main([str(run_dir), "--export", str(tmp_path / "site")]) == 0
+    live, _ = _open(browser, server)
+    expected = sorted(_listed_ids(live))
+    live.close()
+    page, errors = _open(browser, (tmp_path / "site" / "index.html").as_uri())
+    assert sorted(_listed_ids(page)) == expected
+    page.locator("#episode-table tr.episode").first.click()
+    page.wait_for_function("() => { const v = document.querySelector('#player-pane video');"
+                           " return v && !v.paused && v.currentTime > 0.2; }", timeout=10000)
+    page.screenshot(path=str(tmp_path / "review_export.png"), full_page=True)
+    assert not errors, errors
+    page.close()
