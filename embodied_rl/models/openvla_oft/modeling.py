@@ -109,6 +109,12 @@ class OpenVLAOFTModel(nn.Module):
         hidden float [B, T, H] at the T readout positions: the one before each action slot).
         """
         embeds, mask = self.build_sequence(input_ids, attention_mask, pixel_values, num_action_tokens, extra_tokens, append_stop_token)
+        return self.decode_actions(embeds, mask, num_action_tokens, append_stop_token)
+
+    def decode_actions(
+        self, embeds: torch.Tensor, mask: torch.Tensor, num_action_tokens: int, append_stop_token: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Bidirectional LLM pass over a built sequence (embeds [B, S, H], mask bool [B, S]) -> (logits, hidden)."""
         position_ids = (mask.long().cumsum(dim=1) - 1).clamp(min=0)
         if self.attn_implementation == "flash_attention_2":
             # FA2 takes the 2-D padding mask; is_causal=False makes it bidirectional.
@@ -118,8 +124,7 @@ class OpenVLAOFTModel(nn.Module):
         out = self.language_model.model(
             inputs_embeds=embeds, attention_mask=attn, position_ids=position_ids, is_causal=False, use_cache=False
         )
-        seq_len = embeds.shape[1]
-        end = seq_len - int(append_stop_token)  # one past the last action slot
+        end = embeds.shape[1] - int(append_stop_token)  # one past the last action slot
         # HF shift: position t predicts token t+1, so slot j is read at (slot j position - 1).
         hidden = out.last_hidden_state[:, end - num_action_tokens - 1: end - 1]
         logits = self.language_model.lm_head(hidden)

@@ -144,7 +144,8 @@ class OpenVLAOFTPolicy(BasePolicy):
         logits, values = self._logits_and_values(inputs, compute_values)
         processed = S.process_logits(logits, temperature, top_k)
         tokens = action_tokens.to(processed.device).long()
-        return {"logprobs": S.token_logprobs(processed, tokens), "entropy": S.token_entropy(processed), "values": values}
+        # clone(): FSDP2 warns on view outputs (an in-place op on them would skip its backward hook).
+        return {"logprobs": S.token_logprobs(processed, tokens).clone(), "entropy": S.token_entropy(processed), "values": values}
 
     # ---------------------------------------------------------- weights / FSDP
     def _trainable_keys(self) -> list[str]:
@@ -227,7 +228,7 @@ class OpenVLAOFTPolicy(BasePolicy):
             self.vla = lora.apply_lora(core, self.model_cfg, adapter_dir)
         if self.model_cfg.gradient_checkpointing:
             core.vision_backbone.set_grad_checkpointing(True)
-            core.language_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            core.language_model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         return self.to(device=device, dtype=dtype or torch.float32)
 
     @classmethod

@@ -1,0 +1,135 @@
+"""Acceptance 1 (forward + backward, where gradients go) and the FSDP2 wrap of the policy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import embodied_rl  # noqa: F401  (torchvision shim before timm)
+from embodied_rl.config.schema.model import ModelConfig
+from embodied_rl.envs.messages import EnvObservation
+from embodied_rl.models import build_policy
+from embodied_rl.models.cli import make_model_main
+
+IMG = 56
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory) -> str:
+    out = tmp_path_factory.mktemp("tiny") / "m"
+    assert make_model_main(["tiny", str(out), "--image-size", str(IMG), "--num-images", "2"]) == 0
+    return str(out)
+
+
+def make_obs(n: int = 2, seed: int = 0) -> EnvObservation:
+    rng = np.random.default_rng(seed)
+    img = lambda: rng.integers(0, 256, (n, 64, 64, 3), dtype=np.uint8)  # noqa: E731
+    return EnvObservation(main_images=img(), wrist_images=img(), states=rng.standard_normal((n, 8)).astype(np.float32),
+                          task_descriptions=["pick up the red cube", "open the top drawer"][:n] + ["x"] * max(0, n - 2))
+
+
+def cfg(path: str, **kw) -> ModelConfig:
+    return ModelConfig(model_path=path, num_images_in_input=2, num_action_chunks=2, add_value_head=True, **kw)
+
+
+def loss_of(policy, obs: EnvObservation) -> torch.Tensor:
+    inputs = policy.prepare_inputs(obs)
+    with torch.no_grad():
+        out = policy.predict(inputs, do_sample=True, temperature=1.0, top_k=0)
+    ev = policy.evaluate_actions(inputs, out.action_tokens, temperature=1.0, top_k=0)
+    return ev["logprobs"].sum() + ev["values"].sum() + ev["entropy"].mean()
+
+
+def test_full_finetune_forward_backward_shapes_and_grads(ckpt):
+    policy = build_policy(cfg(ckpt, use_proprio=True))
+    obs = make_obs()
+    with torch.no_grad():
+        out = policy.predict(policy.prepare_inputs(obs), do_sample=True, temperature=1.0, top_k=0)
+    assert out.actions.shape == (2, 2, 7) and out.actions.dtype == torch.float32
+    assert out.action_tokens.shape == (2, 14) and out.action_tokens.dtype == torch.int64
+    assert out.logprobs.shape == out.entropy.shape == (2, 14)
+    assert out.values.shape == (2, 2)  # action_level: one value per action of the chunk
+    assert set(out.forward_inputs) == {"input_ids", "attention_mask", "pixel_values", "proprio"}
+    loss_of(policy, obs).backward()
+    grads = {n: p.grad for n, p in policy.named_parameters()}
+    for name in ("value_head.head_l1.weight", "proprio_projector.fc1.weight", "vla.projector.fc1.weight",
+                 "vla.language_model.lm_head.weight", "vla.language_model.model.layers.0.self_attn.q_proj.weight",
+                 "vla.vision_backbone.featurizer.blocks.0.attn.qkv.weight",
+                 "vla.vision_backbone.fused_featurizer.blocks.0.mlp.fc1.weight"):
+        assert grads[name] is not None and grads[name].abs().sum() > 0, name
+
+
+def test_lora_gradients_reach_only_adapters_and_value_head(ckpt):
+    policy = build_policy(cfg(ckpt, is_lora=True, lora_rank=4))
+    trainable = {n for n, p in policy.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n or n.startswith("value_head.") for n in trainable)
+    # LoRA covers both ViTs, the projector, the LLM and lm_head.
+    for part in ("featurizer.blocks.0.attn.qkv", "fused_featurizer.blocks.0.mlp.fc2", "projector.fc3",
+                 "layers.0.mlp.down_proj", "lm_head"):
+        assert any(part in n for n in trainable), part
+    # peft's gaussian init has B = 0; perturb it so gradients reach A as well.
+    with torch.no_grad():
+        for n, p in policy.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.01)
+    loss_of(policy, make_obs()).backward()
+    for n, p in policy.named_parameters():
+        if not p.requires_grad:
+            assert p.grad is None, n
+        # Each tower's last block (features come from the second-to-last) and SigLIP's attn_pool are unused.
+        elif ".blocks.2." not in n and "attn_pool" not in n:
+            assert p.grad is not None, n
+    assert set(policy.trainable_state_dict()) == trainable
+
+
+def test_value_types_and_no_value_head(ckpt):
+    obs = make_obs()
+    chunk = build_policy(cfg(ckpt, value_type="chunk_level"))
+    with torch.no_grad():
+        assert chunk.predict(chunk.prepare_inputs(obs), do_sample=False).values.shape == (2, 1)
+    plain = build_policy(ModelConfig(model_path=ckpt, num_images_in_input=2, num_action_chunks=3))
+    with torch.no_grad():
+        out = plain.predict(plain.prepare_inputs(obs), do_sample=False)
+    assert out.values is None and out.actions.shape == (2, 3, 7)
+
+
+def test_gradient_checkpointing_gives_same_gradients(ckpt):
+    obs = make_obs()
+    grads = []
+    for gc in (False, True):
+        torch.manual_seed(0)
+        policy = build_policy(cfg(ckpt, gradient_checkpointing=gc))
+        inputs = policy.prepare_inputs(obs)
+        tokens = torch.arange(14).repeat(2, 1)
+        policy.train()
+        ev = policy.evaluate_actions(inputs, tokens, temperature=1.0, top_k=0)
+        ev["logprobs"].sum().backward()
+        grads.append(policy.vla.language_model.model.layers[0].mlp.up_proj.weight.grad.clone())
+    assert any(getattr(m, "gradient_checkpointing", False) for m in policy.vla.language_model.modules())
+    torch.testing.assert_close(grads[0], grads[1], atol=1e-6, rtol=1e-5)
+
+
+def test_fsdp2_wrapped_policy_evaluates_and_backprops(ckpt):
+    """FSDP2 hooks run on forward only: evaluate_actions goes through forward, so it works wrapped."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    policy = build_policy(cfg(ckpt, is_lora=True, lora_rank=4))
+    obs = make_obs()
+    inputs = policy.prepare_inputs(obs)
+    with torch.no_grad():
+        ref = policy.predict(inputs, do_sample=False)
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29571", rank=0, world_size=1)
+    try:
+        for unit in policy.fsdp_units():
+            fully_shard(unit)
+        fully_shard(policy)
+        ev = policy.evaluate_actions(inputs, ref.action_tokens, temperature=1.0, top_k=0)
+        torch.testing.assert_close(ev["logprobs"], ref.logprobs, atol=1e-5, rtol=1e-5)
+        (ev["logprobs"].sum() + ev["values"].sum()).backward()
+        assert policy.value_head.head_l1.weight.grad is not None
+        with torch.no_grad():
+            again = policy.predict(inputs, do_sample=False)
+        torch.testing.assert_close(again.logprobs, ref.logprobs, atol=1e-5, rtol=1e-5)
+    finally:
+        dist.destroy_process_group()
