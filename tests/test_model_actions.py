@@ -1,0 +1,117 @@
+"""Acceptance 3 and 4: action tokens, un-normalisation, log-probs, greedy decoding, entropy."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import embodied_rl  # noqa: F401
+from embodied_rl.config.schema.model import ModelConfig
+from embodied_rl.envs.messages import EnvObservation
+from embodied_rl.errors import UserError
+from embodied_rl.models import build_policy
+from embodied_rl.models.cli import make_model_main
+from embodied_rl.models.openvla_oft import sampling as S
+from embodied_rl.models.openvla_oft.actions import ActionTokenizer, BoundsQ99, resolve_unnorm_key
+
+HALF_BIN = 1.0 / 255  # bins are 2/255 wide
+
+
+def test_token_round_trip_within_half_bin_and_official_ids():
+    tok = ActionTokenizer(base_vocab_size=32000)
+    a = torch.cat([torch.linspace(-1, 1, 1001), torch.tensor([-1.0, 1.0, 0.0, 0.5])])
+    rel = tok.encode(a)
+    assert rel.min() >= 0 and rel.max() <= 255
+    assert (tok.decode(rel) - a).abs().max() <= HALF_BIN + 1e-6
+    # Absolute ids follow the official formula: vocab_size - digitize(a, linspace(-1, 1, 256)).
+    expected = 32000 - np.digitize(a.numpy(), np.linspace(-1, 1, 256))
+    assert torch.equal(tok.to_absolute(rel), torch.from_numpy(expected).long())
+    assert tok.to_absolute(tok.encode(torch.tensor([-1.0, 1.0]))).tolist() == [31999, 31744]
+
+
+def test_unnormalisation_matches_hand_computation(tmp_path):
+    stats = {"libero_spatial_no_noops": {"action": {"q01": [-0.5, 0.0, 1.0], "q99": [0.5, 2.0, 3.0], "mask": [True, True, False]}}}
+    (tmp_path / "dataset_statistics.json").write_text(json.dumps(stats))
+    key = resolve_unnorm_key(json.loads((tmp_path / "dataset_statistics.json").read_text()), "libero_spatial")
+    assert key == "libero_spatial_no_noops"  # _no_noops fallback
+    norm = BoundsQ99(stats[key]["action"], key)
+    a = torch.tensor([[-1.0, 0.5, 0.7], [0.0, -0.25, -1.0]])
+    out = norm.unnormalize(a)
+    hand = [[-0.5, 0.5 * 1.5 * 2.0 + 0.0, 0.7], [0.0, 0.5 * 0.75 * 2.0, -1.0]]  # 0.5*(a+1)*(q99-q01)+q01; masked dim unchanged
+    torch.testing.assert_close(out, torch.tensor(hand), atol=1e-6, rtol=0)
+    torch.testing.assert_close(norm.normalize(out), a, atol=1e-6, rtol=0)
+
+
+def test_unknown_unnorm_key_lists_keys():
+    stats = {"bridge_orig": {}, "libero_10_no_noops": {}}
+    with pytest.raises(UserError, match=r"unnorm_key='nope'.*available keys: bridge_orig, libero_10_no_noops") as e:
+        resolve_unnorm_key(stats, "nope")
+    assert "\n" not in str(e.value)
+    with pytest.raises(UserError, match="unnorm_key is required"):
+        resolve_unnorm_key(stats, None)
+    assert resolve_unnorm_key({"only": {}}, None) == "only"
+
+
+def test_sampling_functions():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, 256) * 3
+    p = S.process_logits(logits, temperature=1.0, top_k=0)
+    ent = S.token_entropy(p)
+    assert (ent >= 0).all() and (ent <= math.log(256) + 1e-5).all()
+    uniform = S.token_entropy(torch.zeros(1, 1, 256))
+    torch.testing.assert_close(uniform, torch.tensor([[math.log(256)]]))
+    # top-k keeps k bins: samples stay in them and the entropy is at most ln k.
+    pk = S.process_logits(logits, temperature=1.0, top_k=4)
+    tokens = S.sample_tokens(pk, do_sample=True)
+    top4 = logits.topk(4, dim=-1).indices
+    assert (top4 == tokens.unsqueeze(-1)).any(-1).all()
+    assert (S.token_entropy(pk) <= math.log(4) + 1e-5).all() and torch.isfinite(S.token_entropy(pk)).all()
+    # Higher temperature flattens the distribution.
+    assert (S.token_entropy(S.process_logits(logits, 2.0, 0)) > ent).all()
+    with pytest.raises(ValueError, match="temperature"):
+        S.process_logits(logits, 0.0, 0)
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny") / "m"
+    assert make_model_main(["tiny", str(out), "--image-size", "56", "--num-images", "1"]) == 0
+    return build_policy(ModelConfig(model_path=str(out), add_value_head=True, value_type="chunk_level"))
+
+
+def _obs(n: int = 3) -> EnvObservation:
+    rng = np.random.default_rng(2)
+    return EnvObservation(main_images=rng.integers(0, 256, (n, 56, 56, 3), dtype=np.uint8), states=np.zeros((n, 8), np.float32),
+                          task_descriptions=["lift the peg", "stack the cube", "open the drawer"][:n])
+
+
+@pytest.mark.parametrize("temperature,top_k", [(1.0, 0), (1.6, 0), (0.6, 20)])
+def test_rollout_logprobs_equal_rescored(policy, temperature, top_k):
+    inputs = policy.prepare_inputs(_obs())
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        out = policy.predict(inputs, do_sample=True, temperature=temperature, top_k=top_k, generator=gen)
+    ev = policy.evaluate_actions(out.forward_inputs, out.action_tokens, temperature=temperature, top_k=top_k)
+    torch.testing.assert_close(ev["logprobs"], out.logprobs, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(ev["entropy"], out.entropy, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(ev["values"], out.values, atol=1e-6, rtol=1e-6)
+    assert ((out.entropy >= 0) & (out.entropy <= math.log(256) + 1e-5)).all()
+    assert (out.logprobs <= 0).all() and out.values.shape == (3, 1)
+    # Decoded actions are the bin centres of the tokens (identity statistics of the tiny preset).
+    centres = policy.action_tokenizer.decode(out.action_tokens).view(3, 8, 7)
+    torch.testing.assert_close(out.actions, centres, atol=1e-6, rtol=0)
+
+
+def test_greedy_is_deterministic_and_the_mode(policy):
+    inputs = policy.prepare_inputs(_obs())
+    with torch.no_grad():
+        a = policy.predict(inputs, do_sample=False, temperature=1.0, top_k=0)
+        b = policy.predict(inputs, do_sample=False, temperature=1.0, top_k=0)
+        logits, _ = policy.vla(inputs["input_ids"], inputs["attention_mask"], inputs["pixel_values"], 56, None, True)
+    assert torch.equal(a.action_tokens, b.action_tokens) and torch.equal(a.actions, b.actions)
+    assert torch.equal(a.action_tokens, logits.argmax(-1))
+    # Greedy still reports the log-prob of the chosen token (the maximum one).
+    torch.testing.assert_close(a.logprobs, torch.log_softmax(logits, -1).max(-1).values, atol=1e-6, rtol=0)

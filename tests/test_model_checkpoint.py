@@ -1,0 +1,182 @@
+"""Acceptance 5: checkpoints in the official HF layout; save -> load is bit-exact; clear errors."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import timm
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import LlamaConfig, LlamaForCausalLM
+
+import embodied_rl  # noqa: F401
+from embodied_rl.config.schema.model import ModelConfig
+from embodied_rl.envs.messages import EnvObservation
+from embodied_rl.errors import UserError
+from embodied_rl.models import build_policy
+from embodied_rl.models.cli import make_model_main
+from embodied_rl.models.openvla_oft.arch_config import CheckpointError
+from embodied_rl.models.openvla_oft.checkpoint import read_state_dict, write_state_dict
+from embodied_rl.models.openvla_oft.tiny_tokenizer import build_tiny_tokenizer
+
+IMG, V = 56, 512
+TOWERS = [("vit_large_patch14_reg4_dinov2.lvd142m", {"embed_dim": 32, "depth": 3, "num_heads": 2}),
+          ("vit_so400m_patch14_siglip_224", {"embed_dim": 48, "depth": 3, "num_heads": 2})]
+TEXT = {"model_type": "llama", "vocab_size": V + 64, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 4, "pad_token_id": V, "max_position_embeddings": 1024, "rms_norm_eps": 1e-6}
+
+
+def _obs() -> EnvObservation:
+    rng = np.random.default_rng(4)
+    return EnvObservation(main_images=rng.integers(0, 256, (2, 56, 56, 3), dtype=np.uint8), states=rng.random((2, 8), dtype=np.float32),
+                          task_descriptions=["pick up the cube", "close the microwave"])
+
+
+def write_official_checkpoint(d: Path) -> tuple[dict[str, torch.Tensor], list[torch.nn.Module]]:
+    """Build the checkpoint the way the official conversion does, independently of our model code."""
+    torch.manual_seed(7)
+    sd: dict[str, torch.Tensor] = {}
+    towers = []
+    for prefix, (tid, over) in zip(("featurizer", "fused_featurizer"), TOWERS):
+        tower = timm.create_model(tid, pretrained=False, num_classes=0, img_size=IMG, **over).eval()
+        with torch.no_grad():  # non-trivial LayerScale values so a wrong mapping would show
+            for n, p in tower.named_parameters():
+                if n.endswith(".gamma"):
+                    p.uniform_(0.5, 1.5)
+        towers.append(tower)
+        for k, v in tower.state_dict().items():  # LayerScale.gamma is stored as `scale_factor`
+            sd[f"vision_backbone.{prefix}.{k.replace('.gamma', '.scale_factor')}"] = v
+    for name, (i, o) in {"fc1": (80, 320), "fc2": (320, 64), "fc3": (64, 64)}.items():
+        sd[f"projector.{name}.weight"], sd[f"projector.{name}.bias"] = torch.randn(o, i) * 0.05, torch.randn(o) * 0.05
+    llm = LlamaForCausalLM(LlamaConfig(**{k: v for k, v in TEXT.items() if k != "model_type"}))
+    sd.update({f"language_model.{k}": v for k, v in llm.state_dict().items()})
+    keys = sorted(sd)
+    shards = {"model-00001-of-00002.safetensors": keys[: len(keys) // 2], "model-00002-of-00002.safetensors": keys[len(keys) // 2:]}
+    d.mkdir(parents=True)
+    for name, ks in shards.items():
+        save_file({k: sd[k].contiguous() for k in ks}, str(d / name))
+    index = {"metadata": {"total_size": 0}, "weight_map": {k: n for n, ks in shards.items() for k in ks}}
+    (d / "model.safetensors.index.json").write_text(json.dumps(index))
+    config = {
+        "model_type": "openvla", "architectures": ["OpenVLAForActionPrediction"],
+        "auto_map": {"AutoConfig": "configuration_prismatic.OpenVLAConfig", "AutoModelForVision2Seq": "modeling_prismatic.OpenVLAForActionPrediction"},
+        "vision_backbone_id": "dinosiglip-vit-so-224px", "llm_backbone_id": "llama2-7b-pure", "arch_specifier": "no-align+fused-gelu-mlp",
+        "use_fused_vision_backbone": True, "image_resize_strategy": "resize-naive", "text_config": TEXT, "llm_max_length": 2048,
+        "pad_token_id": V, "pad_to_multiple_of": 64, "output_projector_states": False,
+        "timm_model_ids": [t for t, _ in TOWERS], "timm_override_act_layers": [None, None], "image_sizes": [IMG, IMG],
+        "n_action_bins": 256, "norm_stats": {}, "torch_dtype": "bfloat16", "transformers_version": "4.40.1",
+        "timm_override_args": [o for _, o in TOWERS],  # ours: shrinks the towers (absent in real checkpoints)
+    }
+    (d / "config.json").write_text(json.dumps(config))
+    build_tiny_tokenizer(V).save_pretrained(str(d))
+    stats = {k: {"action": {"q01": [-0.1] * 7, "q99": [0.1] * 7, "mask": [True] * 6 + [False]},
+                 "proprio": {"q01": [0.0] * 8, "q99": [1.0] * 8}} for k in ("bridge_orig", "libero_10_no_noops")}
+    (d / "dataset_statistics.json").write_text(json.dumps(stats))
+    proprio = {"module.fc1.weight": torch.randn(64, 8), "module.fc1.bias": torch.randn(64),
+               "module.fc2.weight": torch.randn(64, 64), "module.fc2.bias": torch.randn(64)}
+    torch.save(proprio, d / "proprio_projector--5000_checkpoint.pt")
+    sd.update({f"proprio::{k}": v for k, v in proprio.items()})
+    return sd, towers
+
+
+@pytest.fixture(scope="module")
+def official(tmp_path_factory):
+    d = tmp_path_factory.mktemp("official") / "openvla-oft-tiny"
+    sd, towers = write_official_checkpoint(d)
+    return d, sd, towers
+
+
+def test_official_layout_loads_with_every_tensor_in_place(official):
+    d, sd, towers = official
+    cfg = ModelConfig(model_path=str(d), unnorm_key="libero_10", use_proprio=True, proprio_dim=8)
+    policy = build_policy(cfg)  # load_exact raises on any missing / unexpected / mis-shaped key
+    assert policy.unnorm_key == "libero_10_no_noops"
+    mine = policy.vla.state_dict()
+    assert set(mine) == {k for k in sd if not k.startswith("proprio::")}
+    assert all(torch.equal(mine[k], sd[k]) for k in mine)
+    assert torch.equal(policy.proprio_projector.fc1.weight, sd["proprio::module.fc1.weight"])
+    # The towers compute what the independently built timm models compute (second-to-last block, no prefix tokens).
+    x = torch.randn(1, 3, IMG, IMG)
+    with torch.no_grad():
+        for ours, ref in zip(policy.vla.vision_backbone.towers, towers):
+            expected = ref.get_intermediate_layers(x, n={1})[0]
+            torch.testing.assert_close(policy.vla.vision_backbone._features(ours, x), expected)
+        out = policy.predict(policy.prepare_inputs(_obs()), do_sample=False)
+    # Gripper dim is masked out of the statistics: it stays a bin centre in [-1, 1].
+    assert out.actions[..., :6].abs().max() <= 0.1 + 1e-6 and out.actions[..., 6].abs().max() <= 1.0
+
+
+def test_missing_tensor_is_named(official, tmp_path):
+    d, _, _ = official
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for f in d.iterdir():
+        (broken / f.name).write_bytes(f.read_bytes())
+    shard = broken / "model-00002-of-00002.safetensors"
+    tensors = load_file(str(shard))
+    victim = sorted(tensors)[0]
+    del tensors[victim]
+    save_file(tensors, str(shard))
+    index = json.loads((broken / "model.safetensors.index.json").read_text())
+    del index["weight_map"][victim]
+    (broken / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match=f"1 missing \\({victim}\\)"):
+        build_policy(ModelConfig(model_path=str(broken), unnorm_key="bridge_orig"))
+
+
+def test_checkpoint_errors_are_one_line(tmp_path):
+    with pytest.raises(UserError, match="config.json not found.*make-model"):
+        build_policy(ModelConfig(model_path=str(tmp_path)))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    with pytest.raises(CheckpointError, match="model_type is 'llama', expected 'openvla'"):
+        build_policy(ModelConfig(model_path=str(tmp_path)))
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("tiny") / "m"
+    assert make_model_main(["tiny", str(out), "--image-size", str(IMG)]) == 0
+    return out
+
+
+def test_save_load_round_trip_is_bit_exact(tiny, tmp_path):
+    cfg = ModelConfig(model_path=str(tiny), add_value_head=True, use_proprio=True, num_action_chunks=2)
+    policy = build_policy(cfg)
+    with torch.no_grad():  # move every weight away from its init so the test sees the saved values
+        for p in policy.parameters():
+            p.add_(torch.randn_like(p) * 0.01)
+    policy.save_checkpoint(tmp_path / "ckpt")
+    assert (tmp_path / "ckpt" / "value_head.safetensors").is_file() and (tmp_path / "ckpt" / "proprio_projector.safetensors").is_file()
+    again = build_policy(ModelConfig(model_path=str(tmp_path / "ckpt"), add_value_head=True, use_proprio=True, num_action_chunks=2))
+    a, b = policy.state_dict(), again.state_dict()
+    assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
+    inputs = policy.prepare_inputs(_obs())
+    with torch.no_grad():
+        oa, ob = policy.predict(inputs, do_sample=False), again.predict(again.prepare_inputs(_obs()), do_sample=False)
+    assert torch.equal(oa.logprobs, ob.logprobs) and torch.equal(oa.values, ob.values) and torch.equal(oa.actions, ob.actions)
+    # A value head saved for action_level does not silently load as chunk_level.
+    with pytest.raises(CheckpointError, match="value_head.safetensors.*shape-mismatched"):
+        build_policy(ModelConfig(model_path=str(tmp_path / "ckpt"), add_value_head=True, value_type="chunk_level", num_action_chunks=3))
+
+
+def test_sharded_write_round_trip(tmp_path):
+    sd = {f"w{i}": torch.randn(64, 64) for i in range(5)}
+    write_state_dict(sd, tmp_path, max_shard_bytes=40_000)
+    assert (tmp_path / "model.safetensors.index.json").is_file() and len(list(tmp_path.glob("model-*.safetensors"))) == 3  # 2 x 16 KiB per shard
+    back = read_state_dict(tmp_path)
+    assert all(torch.equal(back[k], sd[k]) for k in sd)
+
+
+def test_config_must_match_checkpoint(tiny):
+    with pytest.raises(UserError, match="image_size=224 but the checkpoint is built for 56"):
+        build_policy(ModelConfig(model_path=str(tiny), image_size=224))
+    with pytest.raises(UserError, match="num_images_in_input=2 but this checkpoint was made for 1"):
+        build_policy(ModelConfig(model_path=str(tiny), num_images_in_input=2))
+    with pytest.raises(UserError, match="action_dim=6 but"):
+        build_policy(ModelConfig(model_path=str(tiny), action_dim=6))
+    with pytest.raises(UserError, match="unnorm_key='bridge_orig' not in dataset_statistics.json; available keys: identity"):
+        build_policy(ModelConfig(model_path=str(tiny), unnorm_key="bridge_orig"))
+    with pytest.raises(UserError, match="model_type='openvla' is unknown; available: openvla_oft"):
+        build_policy(ModelConfig(model_path=str(tiny), model_type="openvla"))
