@@ -1,0 +1,178 @@
+"""Ray session, resource slots and groups of Ray actors placed on them.
+
+`RayCluster` starts Ray locally (or joins `cluster.address` / $RAY_ADDRESS), then reserves one
+placement-group bundle per slot: {"GPU": 1, "CPU": 1} on GPU clusters, {"CPU": 1} on machines
+without GPUs. `WorkerGroup` launches one actor per process of a component, each pinned to its
+slot's bundle with a 1/occupancy share of it, so collocated components fit (e.g. env, rollout
+and actor all on slot 0 of a 2-core box).
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from embodied_rl.errors import ConfigError
+from embodied_rl.runtime.placement import Placement, parse_component_placement
+
+
+class WorkerError(RuntimeError):
+    """A worker of a group raised or died; the message names the group and rank."""
+
+
+class RayCluster:
+    """The Ray session plus one reserved bundle per resource slot."""
+
+    def __init__(
+        self,
+        *,
+        address: str | None = None,
+        num_nodes: int = 1,
+        num_cpu_slots: int | None = None,
+        wait_nodes_s: float = 300.0,
+    ):
+        address = address or os.environ.get("RAY_ADDRESS") or None
+        self._started_ray = False
+        if not ray.is_initialized():
+            if address:
+                ray.init(address=address, log_to_driver=True)
+            else:
+                slots = num_cpu_slots or os.cpu_count() or 1
+                ray.init(num_cpus=max(slots, os.cpu_count() or 1), include_dashboard=False, log_to_driver=True)
+                self._started_ray = True
+        self._wait_for_nodes(num_nodes, wait_nodes_s)
+        total = ray.cluster_resources()
+        gpus = int(total.get("GPU", 0))
+        if gpus:
+            self.accelerator, self.num_slots = "gpu", gpus
+            bundle = {"GPU": 1.0, "CPU": 1.0}
+        else:
+            self.accelerator = "cpu"
+            per_node = num_cpu_slots or max(1, int(total.get("CPU", 1)) // num_nodes)
+            self.num_slots = per_node * num_nodes
+            bundle = {"CPU": 1.0}
+            if total.get("CPU", 0) < self.num_slots:
+                raise ConfigError(
+                    f"cluster.num_cpu_slots={num_cpu_slots}: Ray has only {total.get('CPU', 0):g} CPUs; "
+                    "lower it or start Ray with more --num-cpus"
+                )
+        if self.num_slots % num_nodes:
+            raise ConfigError(f"cluster.num_nodes={num_nodes}: {self.num_slots} slots do not split evenly over the nodes")
+        self.num_nodes = num_nodes
+        self.slots_per_node = self.num_slots // num_nodes
+        # PACK fills nodes in order, so bundle r is on node r // slots_per_node.
+        self.pg = placement_group([dict(bundle) for _ in range(self.num_slots)], strategy="PACK")
+        if not self.pg.wait(timeout_seconds=wait_nodes_s):
+            remove_placement_group(self.pg)
+            raise ConfigError(f"could not reserve {self.num_slots} x {bundle} in Ray within {wait_nodes_s:.0f} s; are other jobs holding them?")
+
+    @classmethod
+    def from_config(cls, cluster_cfg: Any) -> RayCluster:
+        return cls(
+            address=cluster_cfg.address,
+            num_nodes=cluster_cfg.num_nodes,
+            num_cpu_slots=getattr(cluster_cfg, "num_cpu_slots", None),
+        )
+
+    @staticmethod
+    def _wait_for_nodes(num_nodes: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            alive = sum(1 for n in ray.nodes() if n.get("Alive"))
+            if alive >= num_nodes:
+                return
+            if time.monotonic() > deadline:
+                raise ConfigError(f"cluster.num_nodes={num_nodes} but only {alive} Ray node(s) joined within {timeout_s:.0f} s")
+            time.sleep(1.0)
+
+    def placement(self, spec: Mapping[str, str | int]) -> Placement:
+        """Parse `cluster.component_placement` against this cluster's slots."""
+        return parse_component_placement(
+            spec, num_slots=self.num_slots, slots_per_node=self.slots_per_node, accelerator=self.accelerator
+        )
+
+    def shutdown(self) -> None:
+        """Release the slots (and stop Ray if this object started it)."""
+        if self.pg is not None:
+            remove_placement_group(self.pg)
+            self.pg = None
+        if self._started_ray:
+            ray.shutdown()
+
+
+class WorkerGroup:
+    """N Ray actors of one class, one per process of a placed component.
+
+    Each actor is built with `cls(*args, rank=r, world_size=N, **kwargs, **rank_kwargs(r))`.
+    """
+
+    def __init__(
+        self,
+        cls: type,
+        cluster: RayCluster,
+        placement: Placement,
+        component: str,
+        *,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        rank_kwargs: Callable[[int], Mapping[str, Any]] | None = None,
+        env_vars: Mapping[str, str] | None = None,
+        name: str | None = None,
+    ):
+        where = placement[component]
+        self.name = name or cls.__name__
+        self.world_size = where.num_processes
+        remote_cls = ray.remote(cls)
+        self.workers = []
+        for rank, slot in enumerate(where.process_slots):
+            share = 1.0 / placement.occupancy(slot)
+            options: dict[str, Any] = {
+                "num_cpus": share,
+                "scheduling_strategy": PlacementGroupSchedulingStrategy(cluster.pg, placement_group_bundle_index=slot),
+                "runtime_env": {"env_vars": {"EMBODIED_RL_SLOT": str(slot), **(env_vars or {})}},
+            }
+            if placement.accelerator == "gpu":
+                options["num_gpus"] = share
+            kw = dict(kwargs or {}, rank=rank, world_size=self.world_size)
+            kw.update(rank_kwargs(rank) if rank_kwargs else {})
+            self.workers.append(remote_cls.options(**options).remote(*args, **kw))
+
+    def __len__(self) -> int:
+        return self.world_size
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> list[ray.ObjectRef]:
+        """Call `method` with the same arguments on every worker; returns one future per rank."""
+        return [getattr(w, method).remote(*args, **kwargs) for w in self.workers]
+
+    def call_each(self, method: str, per_rank_args: Sequence[Sequence[Any]]) -> list[ray.ObjectRef]:
+        """Call `method` on worker r with `per_rank_args[r]`."""
+        if len(per_rank_args) != self.world_size:
+            raise ValueError(f"{self.name}.{method}: {len(per_rank_args)} argument tuples for {self.world_size} workers")
+        return [getattr(w, method).remote(*a) for w, a in zip(self.workers, per_rank_args)]
+
+    def gather(self, refs: Sequence[ray.ObjectRef], timeout: float | None = None) -> list[Any]:
+        """Results of `refs` in rank order; an error names the group, rank and cause."""
+        ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+        if pending:
+            raise WorkerError(f"{self.name}: {len(pending)} of {len(refs)} workers did not finish within {timeout} s")
+        out = []
+        for rank, ref in enumerate(refs):
+            try:
+                out.append(ray.get(ref))
+            except ray.exceptions.RayError as err:
+                raise WorkerError(f"{self.name} rank {rank} failed: {err}") from err
+        return out
+
+    def run(self, method: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> list[Any]:
+        """call + gather."""
+        return self.gather(self.call(method, *args, **kwargs), timeout)
+
+    def shutdown(self) -> None:
+        for w in self.workers:
+            ray.kill(w, no_restart=True)
+        self.workers = []

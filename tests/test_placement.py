@@ -1,0 +1,64 @@
+"""cluster.component_placement parsing: valid layouts and one-line errors naming the key."""
+from __future__ import annotations
+
+import pytest
+
+from embodied_rl.errors import ConfigError
+from embodied_rl.runtime.placement import parse_component_placement, parse_ranks
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [("all", [0, 1, 2, 3, 4, 5, 6, 7]), ("3", [3]), (3, [3]), ("0,2,3", [0, 2, 3]), ("0-3", [0, 1, 2, 3]),
+     ("0-3,5", [0, 1, 2, 3, 5]), (" 5, 0-1 ", [0, 1, 5])],
+)
+def test_parse_ranks(text, expected):
+    assert parse_ranks(text, 8, "k") == expected
+
+
+def test_collocated():
+    p = parse_component_placement({"actor,env,rollout": "all"}, num_slots=2)
+    for name in ("actor", "env", "rollout"):
+        assert p[name].slots == (0, 1) and p[name].num_processes == 2
+    assert p.occupancy(0) == 3 and p.occupancy(1) == 3
+
+
+def test_disaggregated_and_hybrid_across_nodes():
+    p = parse_component_placement({"actor": "0-7", "env": "0-3", "rollout": "4-7"}, num_slots=8, slots_per_node=4,
+                                  accelerator="gpu")
+    assert p["env"].process_slots == (0, 1, 2, 3) and p["rollout"].process_slots == (4, 5, 6, 7)
+    assert p.occupancy(0) == 2 and p.occupancy(5) == 2
+    assert p.node_of(5) == 1 and p.accelerator == "gpu"
+
+
+def test_process_ranks_spread_evenly_over_slots():
+    p = parse_component_placement({"env": "0-1:0-3", "rollout": "1", "actor": "0"}, num_slots=2)
+    assert p["env"].process_slots == (0, 0, 1, 1) and p["env"].num_processes == 4
+    assert p.occupancy(0) == 3 and p.occupancy(1) == 3
+
+
+@pytest.mark.parametrize(
+    "spec,needle",
+    [
+        ({"actor,critic": "all"}, "unknown component 'critic'"),
+        ({"env": "0-9"}, "rank 9 out of range"),
+        ({"env": "3-1"}, "bad range"),
+        ({"env": "a"}, "bad rank"),
+        ({"env": "0,0"}, "listed twice"),
+        ({"env": "0", "env,rollout": "1"}, "placed twice"),
+        ({"env": "0:1-2"}, "process ranks"),
+        ({"env": "0-1:0"}, "1 processes for 2 slots"),
+        ({}, "non-empty mapping"),
+    ],
+)
+def test_invalid_placement_is_one_line_config_error(spec, needle):
+    with pytest.raises(ConfigError) as err:
+        parse_component_placement(spec, num_slots=4)
+    msg = str(err.value)
+    assert needle in msg and "\n" not in msg and "cluster.component_placement" in msg
+
+
+def test_missing_component_names_the_key():
+    p = parse_component_placement({"env,rollout": "all"}, num_slots=2)
+    with pytest.raises(ConfigError, match="no entry for 'actor'"):
+        p["actor"]
