@@ -104,13 +104,13 @@ def main() -> None:
                 obs = torch.as_tensor(nxt, dtype=torch.float32)
             last_val = model.critic(obs)[:, 0]
         steps += N * T
-        stack = lambda k: torch.stack(buf[k])[..., None]  # noqa: E731  [T, N, C=1]
+        stack = lambda k, buf=buf: torch.stack(buf[k])[..., None]
         batch = {"rewards": stack("rew"), "dones": stack("done"), "truncations": stack("trunc"),
                  "bootstrap_values": stack("boot"),
                  "values": torch.cat([stack("val"), last_val[None, :, None]], 0),
                  "old_logprobs": stack("logp")}
         adv = compute_advantages(cfg, batch, action_dim=1, auto_reset=True)
-        flat = lambda x: x.reshape(T * N, -1)  # noqa: E731
+        flat = lambda x: x.reshape(T * N, -1)
         b_obs, b_act = torch.stack(buf["obs"]).reshape(T * N, -1), torch.stack(buf["act"]).reshape(T * N)
         b_logp, b_val = flat(batch["old_logprobs"]), flat(batch["values"][:-1])
         b_adv, b_ret, b_mask = flat(adv["advantages"]), flat(adv["returns"]), flat(adv["loss_mask"])

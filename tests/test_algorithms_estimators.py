@@ -6,11 +6,11 @@ import statistics
 
 import pytest
 import torch
+from algo_rollouts import make_rollout
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import embodied_rl  # noqa: F401
-from algo_rollouts import make_rollout
 from embodied_rl.algorithms import build_loss_mask, compute_advantages
 from embodied_rl.config.schema.algorithm import AlgorithmConfig
 
@@ -87,7 +87,7 @@ def ref_bi_level(b, gamma, lam, hgamma, L):
     vk = tl(b["values"])
     T, N = len(R), len(R[0])
     K = len(vk[0][0])
-    tv = lambda t, n, j: vk[t][n][j // (L // K)]  # noqa: E731  token value
+    tv = lambda t, n, j: vk[t][n][j // (L // K)]
     out = [[[0.0] * L for _ in range(N)] for _ in range(T)]
     for n in range(N):
         high = 0.0
@@ -220,14 +220,13 @@ def test_reinforce_pp_matches_reference(reward_type):
     valid = ref_valid(tl(b["dones"]), T, N, C, True)
     if reward_type == "chunk_level":
         R, D = ref_chunk_rewards(b, G)
-        steps = [(t, n, [0]) for t in range(T) for n in range(N)]
-        rew = lambda t, n, k: R[t][n]  # noqa: E731
-        done = lambda t, n, k: D[t][n]  # noqa: E731
+        rew = lambda t, n, k: R[t][n]
+        done = lambda t, n, k: D[t][n]
         K, valid_k = 1, [[[any(valid[t][n])] for n in range(N)] for t in range(T)]
     else:
         r, d, tr, bv = tl(b["rewards"]), tl(b["dones"]), tl(b["truncations"]), tl(b["bootstrap_values"])
-        rew = lambda t, n, k: r[t][n][k] + (G * bv[t][n][k] if tr[t][n][k] else 0.0)  # noqa: E731
-        done = lambda t, n, k: d[t][n][k]  # noqa: E731
+        rew = lambda t, n, k: r[t][n][k] + (G * bv[t][n][k] if tr[t][n][k] else 0.0)
+        done = lambda t, n, k: d[t][n][k]
         K, valid_k = C, valid
     ret = [[[0.0] * K for _ in range(N)] for _ in range(T)]
     for n in range(N):

@@ -10,11 +10,19 @@ import dataclasses
 
 import pytest
 import torch
+from algo_rollouts import make_rollout
 
 import embodied_rl  # noqa: F401
-from algo_rollouts import make_rollout
-from embodied_rl.algorithms import RunningRewardStats, compute_actor_critic_loss, compute_advantages
-from embodied_rl.config.schema.algorithm import RUNTIME_KEYS, AlgorithmConfig, algorithm_keys
+from embodied_rl.algorithms import (
+    RunningRewardStats,
+    compute_actor_critic_loss,
+    compute_advantages,
+)
+from embodied_rl.config.schema.algorithm import (
+    RUNTIME_KEYS,
+    AlgorithmConfig,
+    algorithm_keys,
+)
 
 T, N, C, A = 5, 8, 2, 3
 L = C * A

@@ -135,12 +135,7 @@ def test_running_reward_stats_match_global_and_roundtrip():
 ])
 def test_unknown_names_are_one_line_errors_listing_valid_names(key, value, match):
     with pytest.raises(ConfigError, match=match) as err:
-        cfg = AlgorithmConfig(**{key: value})
-        # registry-checked keys fail on first use
-        compute_actor_critic_loss(cfg, logprobs=torch.zeros(1, 1), old_logprobs=torch.zeros(1, 1),
-                                  advantages=torch.zeros(1, 1), loss_mask=torch.ones(1, 1, dtype=torch.bool),
-                                  ref_logprobs=torch.zeros(1, 1)) if key != "kl_penalty" else \
-            kl_penalty(torch.zeros(1), torch.zeros(1), value)
+        AlgorithmConfig(**{key: value})
     assert "\n" not in str(err.value) and f"algorithm.{key}" in str(err.value)
 
 

@@ -29,9 +29,18 @@ from torch import Tensor
 
 from embodied_rl.algorithms import estimators as est
 from embodied_rl.algorithms.kl import kl_penalty
-from embodied_rl.algorithms.masks import build_loss_mask, expand_steps_to_tokens, group_tokens, masked_whiten
+from embodied_rl.algorithms.masks import (
+    build_loss_mask,
+    expand_steps_to_tokens,
+    group_tokens,
+    masked_whiten,
+)
 from embodied_rl.algorithms.registry import ADVANTAGE_ESTIMATORS
-from embodied_rl.algorithms.rewards import RunningRewardStats, clip_rewards, normalize_rewards
+from embodied_rl.algorithms.rewards import (
+    RunningRewardStats,
+    clip_rewards,
+    normalize_rewards,
+)
 from embodied_rl.config.schema.algorithm import AlgorithmConfig
 
 

@@ -76,7 +76,7 @@ def bi_level_gae(
     Returns (token advantages [T, N, L], token returns [T, N, L]).
     """
     chunk_values = token_values[..., 0]
-    high_adv, high_ret = gae(chunk_rewards, chunk_values, chunk_dones, high_level_gamma, lam)
+    _, high_ret = gae(chunk_rewards, chunk_values, chunk_dones, high_level_gamma, lam)
     v = token_values[:-1]
     adv = torch.zeros_like(v)
     last = high_ret - v[..., -1]  # delta of the last token

@@ -117,12 +117,11 @@ def compute_actor_critic_loss(
     loss = policy - entropy_bonus * entropy + kl_loss_coef * kl [+ value_loss_coef * value].
     """
     num_tokens = logprobs.shape[-1]
-    flat = lambda x: None if x is None else x.reshape(-1, x.shape[-1])  # noqa: E731
+    flat = lambda x: None if x is None else x.reshape(-1, x.shape[-1])
     logprobs, old_logprobs, advantages = flat(logprobs), flat(old_logprobs), flat(advantages)
     mask = flat(loss_mask).bool()
-    if cfg.logprob_type == "action_level" or cfg.entropy_type == "action_level":
-        if action_dim is None:
-            raise ValueError("logprob_type/entropy_type action_level needs action_dim= (tokens per action)")
+    if "action_level" in (cfg.logprob_type, cfg.entropy_type) and action_dim is None:
+        raise ValueError("logprob_type/entropy_type action_level needs action_dim= (tokens per action)")
     group = _GROUP[cfg.logprob_type](action_dim, num_tokens)
     pg = ppo_clipped_surrogate(
         _regroup(logprobs, mask, group, "sum"), _regroup(old_logprobs, mask, group, "sum"),

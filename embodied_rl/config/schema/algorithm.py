@@ -12,7 +12,6 @@ from dataclasses import dataclass, field, fields
 
 from embodied_rl.errors import ConfigError
 
-ADV_TYPES = ("gae", "grpo", "bi_level_gae", "reinforce_pp")
 GRANULARITIES = ("token_level", "action_level", "chunk_level")
 REWARD_NORMS = ("none", "batch", "group", "running")
 
@@ -84,13 +83,22 @@ class AlgorithmConfig:
 
     def validate(self) -> None:
         """Raise ConfigError (one line, naming the key) for invalid or ineffective settings."""
-        _choice("adv_type", self.adv_type, ADV_TYPES)
+        # Names with a registry are checked against it, so a newly registered estimator,
+        # KL kind or aggregation is valid without editing this schema.
+        import embodied_rl.algorithms  # noqa: F401  (populates the registries)
+        from embodied_rl.algorithms.registry import (
+            ADVANTAGE_ESTIMATORS,
+            KL_PENALTIES,
+            LOSS_AGGREGATIONS,
+        )
+
+        ADVANTAGE_ESTIMATORS.get(self.adv_type)
+        KL_PENALTIES.get(self.kl_penalty)
+        LOSS_AGGREGATIONS.get(self.loss_agg_func)
         _choice("reward_type", self.reward_type, GRANULARITIES[1:])
         _choice("logprob_type", self.logprob_type, GRANULARITIES)
         _choice("entropy_type", self.entropy_type, GRANULARITIES)
         _choice("reward_norm", self.reward_norm, REWARD_NORMS)
-        # kl_penalty and loss_agg_func are checked against their registries lazily (they
-        # live in embodied_rl.algorithms, which imports this module).
         for key in ("gamma", "gae_lambda", "high_level_gamma"):
             if not 0.0 <= getattr(self, key) <= 1.0:
                 raise ConfigError(f"algorithm.{key}={getattr(self, key)} must be in [0, 1]")
