@@ -1,0 +1,58 @@
+"""`init_params` of `env_type: libero` (validated by the config loader via `params_cls`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from embodied_rl.envs.libero.suites import SUITE_NUM_TASKS, SUITES
+from embodied_rl.errors import ConfigError
+
+#: how raw MuJoCo frames (bottom-up OpenGL rows) are turned into policy images
+IMAGE_ORIENTATIONS = ("upright", "rotate180")
+
+
+@dataclass
+class LiberoParams:
+    task_suite_name: str = field(
+        default="libero_spatial",
+        metadata={"help": "LIBERO suite: libero_spatial | libero_object | libero_goal | libero_10 | libero_90 | libero_130 (all five, in that order: spatial, object, goal, 10, 90)."},
+    )
+    task_ids: list[int] | None = field(
+        default=None,
+        metadata={"help": "Indices of the suite's tasks to use (null = all). Reset id r = offset(task) + init state id, with offset = 50 x (position in this list)."},
+    )
+    camera_heights: int = field(default=256, metadata={"help": "Height in pixels of the third-person and wrist images."})
+    camera_widths: int = field(default=256, metadata={"help": "Width in pixels of the third-person and wrist images."})
+    image_orientation: str = field(
+        default="upright",
+        metadata={"help": "upright: img[::-1], the true upright, non-mirrored view | rotate180: img[::-1, ::-1], the 180-degree rotated (mirrored) view that OpenVLA/OFT/openpi LIBERO checkpoints were trained on."},
+    )
+    num_steps_wait: int = field(
+        default=10,
+        metadata={"help": "Settle steps after each reset with a no-op action (zero motion, gripper open) so objects come to rest; not counted as episode steps (public OFT eval: 10)."},
+    )
+    wrist_camera: bool = field(default=True, metadata={"help": "Render and return the wrist camera (robot0_eye_in_hand); false saves ~half the rendering time."})
+    control_freq: int = field(default=20, metadata={"help": "Controller frequency in Hz (LIBERO's datasets were recorded at 20)."})
+
+    def __post_init__(self) -> None:
+        if self.task_suite_name not in SUITES:
+            raise ConfigError(f"init_params.task_suite_name {self.task_suite_name!r} is not one of {', '.join(SUITES)}")
+        if self.image_orientation not in IMAGE_ORIENTATIONS:
+            raise ConfigError(
+                f"init_params.image_orientation {self.image_orientation!r} is not one of {', '.join(IMAGE_ORIENTATIONS)}"
+            )
+        for key in ("camera_heights", "camera_widths"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or not 16 <= value <= 1024:
+                raise ConfigError(f"init_params.{key} must be an integer in [16, 1024], got {value!r}")
+        if not isinstance(self.num_steps_wait, int) or self.num_steps_wait < 0:
+            raise ConfigError(f"init_params.num_steps_wait must be an integer >= 0, got {self.num_steps_wait!r}")
+        if not isinstance(self.control_freq, int) or self.control_freq <= 0:
+            raise ConfigError(f"init_params.control_freq must be a positive integer, got {self.control_freq!r}")
+        if self.task_ids is not None:
+            n = SUITE_NUM_TASKS[self.task_suite_name]
+            bad = [i for i in self.task_ids if not isinstance(i, int) or not 0 <= i < n]
+            if bad or not self.task_ids or len(set(self.task_ids)) != len(self.task_ids):
+                raise ConfigError(
+                    f"init_params.task_ids {self.task_ids!r} must be distinct integers in [0, {n}) for "
+                    f"{self.task_suite_name}, or null for all tasks"
+                )
