@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from embodied_rl.config.loader import CONFIG_DIR, ENV_CONFIG_DIR, available
 from embodied_rl.config.schema import EnvConfig, RootConfig
 from embodied_rl.config.typecheck import field_types, join, type_name
 
@@ -31,6 +30,8 @@ embodied-rl print-config my_experiment.yaml +env.train.init_params.robot_uids=pa
   `cluster.component_placement`).
 - `env.train=<name>` / `env.eval=<name>` pick an env config from `env_configs/<name>.yaml`
   (in a YAML: `defaults: [env/<name>@env.train, env/<name>@env.eval]`).
+- Experiment configs live in `configs/`, env configs in `env_configs/`; an unknown name
+  is an error that lists the available ones.
 - `${a.b}` interpolates another key; `${oc.env:VAR}` reads an environment variable.
 - Unknown keys, wrong types, `???` (required) values and invalid choices are errors that
   name the key. The resolved config is saved as `<runner.logger.log_path>/config.yaml`.
@@ -87,9 +88,8 @@ def render_config_docs() -> str:
     from embodied_rl.envs.backend import available_simulators, get_simulator
 
     parts = [HEADER]
-    parts.append("## Experiment and env configs in this repository\n")
-    parts.append("Experiments (`configs/`): " + (", ".join(f"`{n}`" for n in available(CONFIG_DIR)) or "none") + "  ")
-    parts.append("Env configs (`env_configs/`): " + (", ".join(f"`{n}`" for n in available(ENV_CONFIG_DIR)) or "none") + "\n")
+    # The lists of configs/ and env_configs/ are not repeated here: adding a file must not
+    # make this reference stale (an unknown name is an error that lists them).
     for f in dataclasses.fields(RootConfig):
         tp = field_types(RootConfig)[f.name]
         parts.append(f"## `{f.name}`\n")
