@@ -6,9 +6,12 @@ observations are random 56 px images, but every tensor comes from the real polic
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
+import ray
 import torch
 
 from embodied_rl.algorithms import compute_advantages
@@ -20,6 +23,8 @@ from embodied_rl.config.overrides import apply_override, parse_override
 from embodied_rl.envs.messages import EnvObservation
 from embodied_rl.models import build_policy
 from embodied_rl.models.cli import make_model_main
+from embodied_rl.runtime import fsdp
+from embodied_rl.workers.actor_worker import ActorWorker
 
 T, N = 4, 4  # chunk steps x envs -> 16 samples
 
@@ -85,3 +90,65 @@ def make_rollout_batch(cfg, seed: int = 0) -> dict:
         "value_mask": adv["value_mask"],
     }
     return batch
+
+
+class Host:
+    """Test-only Ray actor process that runs ActorWorkers one after another, so the heavy
+    imports (torch, transformers, timm) are paid once per process, not once per test."""
+
+    def __init__(self) -> None:
+        self.worker: ActorWorker | None = None
+
+    def address(self) -> tuple[str, int]:
+        return fsdp.host_ip(), fsdp.free_port()
+
+    def start(self, cfg, rank: int, world: int, addr: str, port: int) -> dict:
+        self.worker = ActorWorker(cfg, rank, world)
+        return self.worker.setup(addr, port)
+
+    def call(self, method: str, *args):
+        return getattr(self.worker, method)(*args)
+
+    def run(self, fn):
+        return fn(self.worker)
+
+    def stop(self) -> None:
+        if self.worker is not None:
+            self.worker.shutdown()
+            self.worker = None
+
+
+# Ray workers cannot import this tests/ module by name: ship it by value.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture(scope="session")
+def actor_hosts(ray_session):
+    hosts = [ray.remote(num_cpus=1)(Host).remote() for _ in range(2)]
+    yield hosts
+    for h in hosts:
+        ray.kill(h)
+
+
+class ActorGroup:
+    """`world` ranks of ActorWorker on the first `world` hosts."""
+
+    def __init__(self, hosts: list, cfg, world: int) -> None:
+        self.hosts = hosts[:world]
+        addr, port = ray.get(self.hosts[0].address.remote())
+        self.info = ray.get([h.start.remote(cfg, r, world, addr, port) for r, h in enumerate(self.hosts)])
+
+    def call(self, method: str, *args) -> list:
+        return ray.get([h.call.remote(method, *args) for h in self.hosts])
+
+    def run(self, fn) -> list:
+        return ray.get([h.run.remote(fn) for h in self.hosts])
+
+    def stop(self) -> None:
+        ray.get([h.stop.remote() for h in self.hosts])
+
+    def __enter__(self) -> ActorGroup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,143 @@
+"""ActorWorker: FSDP2 over gloo with world size 2 (Ray actors) training the real tiny OFT policy.
+
+One module-scoped LoRA+value-head group of 2 ranks and world-size-1 groups give: sharding
+is real (DTensors), only trainable tensors change, world 2 == world 1 on the same global
+batch, gradient accumulation == one big micro-batch, and value_lr drives the value head.
+"""
+from __future__ import annotations
+
+import math
+
+import dataclasses
+
+import pytest
+import torch
+from ray_fixtures import ray_session  # noqa: F401
+
+from actor_fixtures import ActorGroup, actor_config, actor_hosts, make_rollout_batch, make_tiny_model  # noqa: F401
+from embodied_rl.errors import ConfigError
+from embodied_rl.runtime import fsdp
+from embodied_rl.runtime.optim import lr_multiplier
+from embodied_rl.workers.actor_batch import check_batch_sizes
+from embodied_rl.workers.actor_worker import ActorWorker
+
+LORA = ("actor.model.is_lora=true", "actor.model.lora_rank=4")
+
+
+def full_state(group: ActorGroup) -> dict[str, torch.Tensor]:
+    """Every parameter (frozen ones too), unsharded, from rank 0."""
+    return group.run(lambda w: fsdp.full_model_state_dict(w.policy))[0]
+
+
+def train_once(hosts: list, cfg, world: int, batch: dict) -> tuple[dict, dict, dict]:
+    with ActorGroup(hosts, cfg, world) as group:
+        before = group.call("get_trainable_state_dict")[0][0]
+        metrics = group.call("train_step", batch)[0]
+        after, version = group.call("get_trainable_state_dict")[0]
+    assert version == 1
+    return before, after, metrics
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("actor_model"))
+
+
+@pytest.fixture(scope="module")
+def lora_cfg(model_dir):
+    return actor_config(model_dir, *LORA)
+
+
+@pytest.fixture(scope="module")
+def batch(lora_cfg):
+    return make_rollout_batch(lora_cfg)
+
+
+@pytest.fixture(scope="module")
+def world2(actor_hosts, lora_cfg, batch):  # noqa: F811
+    """World size 2 over gloo: state before/after one train step, metrics, sharding facts."""
+    with ActorGroup(actor_hosts, lora_cfg, 2) as group:
+        sharding = group.run(lambda w: (
+            fsdp.is_sharded(w.policy), sum(p.to_local().numel() for p in w.policy.parameters()),
+            sum(p.numel() for p in w.policy.parameters()), torch.distributed.get_backend()))
+        full_before = full_state(group)
+        metrics = group.call("train_step", batch)[0]
+        full_after = full_state(group)
+        trainable_after, version = group.call("get_trainable_state_dict")[0]
+    return {"sharding": sharding, "before": full_before, "after": full_after, "metrics": metrics,
+            "trainable": trainable_after, "version": version}
+
+
+def test_world2_is_really_sharded_over_gloo(world2):
+    for is_dtensor, local, full, backend in world2["sharding"]:
+        assert is_dtensor and backend == "gloo"
+        assert local < 0.6 * full  # each rank holds about half of every parameter
+
+
+def test_loss_finite_and_only_trainable_tensors_change(world2, lora_cfg):
+    m = world2["metrics"]
+    assert all(math.isfinite(m[k]) for k in ("train/actor/total_loss", "train/actor/policy_loss", "train/critic/value_loss", "train/actor/grad_norm"))
+    assert m["train/actor/optimizer_steps"] == 2  # 16 samples / global batch 8
+    assert m["train/actor/lr"] == lora_cfg.actor.optim.lr and m["train/critic/lr"] == lora_cfg.actor.optim.value_lr
+    trainable = set(world2["trainable"])
+    assert any("lora_" in k for k in trainable) and any(k.startswith("value_head.") for k in trainable)
+    changed = {k for k, v in world2["before"].items() if not torch.equal(v, world2["after"][k])}
+    frozen = set(world2["before"]) - trainable
+    assert frozen and not (changed & frozen), sorted(changed & frozen)[:5]
+    assert any(k.startswith("value_head.") for k in changed) and any("lora_B" in k for k in changed)
+    assert world2["version"] == 1
+
+
+def test_world2_equals_world1_on_same_global_batch(world2, actor_hosts, lora_cfg, batch):  # noqa: F811
+    _, after1, metrics1 = train_once(actor_hosts, lora_cfg, 1, batch)
+    after2 = world2["trainable"]
+    assert set(after1) == set(after2)
+    for k in after1:
+        torch.testing.assert_close(after2[k], after1[k], rtol=1e-4, atol=1e-6, msg=k)
+    assert metrics1["train/actor/policy_loss"] == pytest.approx(world2["metrics"]["train/actor/policy_loss"], rel=1e-4, abs=1e-6)
+
+
+def test_grad_accumulation_equals_one_big_micro_batch(actor_hosts, model_dir, batch):  # noqa: F811
+    cfg_accum = actor_config(model_dir, "actor.micro_batch_size=2", "actor.global_batch_size=8")
+    cfg_big = actor_config(model_dir, "actor.micro_batch_size=8", "actor.global_batch_size=8")
+    before, after_accum, _ = train_once(actor_hosts, cfg_accum, 1, batch)
+    _, after_big, _ = train_once(actor_hosts, cfg_big, 1, batch)
+    for k in after_big:
+        torch.testing.assert_close(after_accum[k], after_big[k], rtol=1e-4, atol=1e-6, msg=k)
+    assert any(not torch.equal(before[k], after_big[k]) for k in before)
+
+
+def test_value_lr_group_drives_the_value_head(actor_hosts, model_dir, batch):  # noqa: F811
+    cfg = actor_config(model_dir, "actor.optim.lr=0.0", "actor.optim.value_lr=0.01", "actor.optim.min_lr=0.0")
+    before, after, metrics = train_once(actor_hosts, cfg, 1, batch)
+    assert metrics["train/actor/lr"] == 0.0 and metrics["train/critic/lr"] == 0.01
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed and all(k.startswith("value_head.") for k in changed), sorted(changed)[:5]
+
+
+def test_lr_schedule_warmup_then_decay():
+    f = lambda s, kind: lr_multiplier(s, kind=kind, warmup_steps=2, total_steps=6, min_ratio=0.1)  # noqa: E731
+    assert [f(s, "constant") for s in range(4)] == [0.5, 1.0, 1.0, 1.0]
+    assert f(2, "cosine") == pytest.approx(1.0) and f(5, "cosine") == pytest.approx(0.1)
+    assert f(2, "linear") == pytest.approx(1.0) and f(5, "linear") == pytest.approx(0.1)
+    assert f(3, "cosine") > f(3, "linear") > f(4, "linear")
+
+
+def test_bad_batch_sizes_and_unsupported_settings_are_one_line_errors(lora_cfg):
+    with pytest.raises(ConfigError, match="micro_batch_size x actor world size"):
+        check_batch_sizes(16, global_batch=8, micro=4, world=4)
+    with pytest.raises(ConfigError, match="not a multiple of actor.global_batch_size"):
+        check_batch_sizes(12, global_batch=8, micro=4, world=1)
+    fsdp_cfg = lora_cfg.actor.fsdp_config
+    for key, value in (("param_dtype", "fp16"), ("reduce_dtype", "fp16")):
+        cfg = type(fsdp_cfg)(mixed_precision=type(fsdp_cfg.mixed_precision)(**{**vars(fsdp_cfg.mixed_precision), key: value}))
+        with pytest.raises(ConfigError, match=f"mixed_precision.{key}=fp16"):
+            fsdp.check_precision(cfg, torch.device("cpu"))
+    with pytest.raises(ConfigError, match="cpu_offload"):
+        fsdp.check_precision(dataclasses.replace(fsdp_cfg, cpu_offload=True), torch.device("cpu"))
+    lora_cfg.actor.enable_offload = True
+    try:
+        with pytest.raises(ConfigError, match="enable_offload"):
+            ActorWorker(lora_cfg, 0, 1).setup("127.0.0.1", 1)  # fails before any process group
+    finally:
+        lora_cfg.actor.enable_offload = False
