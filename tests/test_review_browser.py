@@ -76,6 +76,14 @@ def test_page_filters_plays_compares(browser, server, tmp_path):
     assert "PickCube-v1" in page.locator("#player-pane .info").inner_text()
     assert video.evaluate("v => v.currentTime") <= 0.8 + 0.15  # loops within frames [0, 8) at 10 fps
 
+    # Jump to an episode's frame range: env 0's second episode covers frames [8, 24) at 10 fps.
+    page.select_option("#f-outcome", "")
+    page.click("#episode-table tr.episode[data-id$='train/step_000001/worker0_stage0#1']")
+    page.wait_for_function("() => { const v = document.querySelector('#player-pane video');"
+                           " return !v.paused && v.currentTime > 0.9; }", timeout=10000)
+    assert 0.8 <= video.evaluate("v => v.currentTime") < 2.4 + 0.15
+    assert "frames 8–23" in page.locator("#player-pane .readout").inner_text()
+
     # The instruction with markup is shown as text, never parsed as HTML.
     page.select_option("#f-outcome", "")
     page.select_option("#f-task", "PushCube-v1")
@@ -93,10 +101,15 @@ def test_page_filters_plays_compares(browser, server, tmp_path):
                            ".every(v => !v.paused && v.currentTime > 0.2)", timeout=10000)
     page.screenshot(path=str(tmp_path / "review_compare.png"), full_page=True)
 
+    # Curves from metrics.jsonl; a click on a point lists that step's episodes.
     page.click("button[data-view='curves']")
-    assert page.locator("#charts svg.plot").count() >= 2
-    page.click("button[data-view='episodes']")
-    page.select_option("#f-task", "")
+    assert page.locator("#charts svg.plot").count() == 2
+    assert "env/success_once" in page.locator("#charts .legend").first.inner_text()
+    page.locator("#charts circle.point").first.dispatch_event("click")  # env/success_once, step 1
+    page.wait_for_selector("#view-episodes:not([hidden])")
+    steps = page.eval_on_selector_all("#episode-table tr.episode td:nth-child(3)", "tds => tds.map(t => t.textContent)")
+    assert steps == ["1", "1", "1"]
+    page.click("#f-clear")
     page.screenshot(path=str(tmp_path / "review_episodes.png"), full_page=True)
     assert not errors, errors
     page.close()

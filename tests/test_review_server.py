@@ -93,8 +93,7 @@ def test_read_only_and_host_check(server):
 
 
 def test_catalog_lists_broken_sidecars_with_warnings(server):
-    resp, body = _get(server, "/api/catalog")
-    catalog = json.loads(body)
+    catalog = json.loads(_get(server, "/api/catalog")[1])
     by_tag = {(v["global_step"], v["tag"]): v for v in catalog["videos"]}
     assert {k for k in by_tag if k[0] == 3} == {(3, "no_sidecar"), (3, "corrupt_sidecar")}
     assert "missing" in by_tag[3, "no_sidecar"]["warnings"][0]

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from embodied_rl.errors import UserError
 from embodied_rl.review.metrics import read_metrics
@@ -58,11 +59,18 @@ def discover_runs(paths: list[str]) -> list[Run]:
                 f"'{arg}' is not a run directory (no video/, metrics.jsonl or config.yaml in it or "
                 "its subdirectories); pass a run such as runs/<experiment_name>")
         roots.extend(r for r in found if r not in roots)
-    names = [r.name for r in roots]
-    return [
-        Run(id=str(i), root=r, name=r.name if names.count(r.name) == 1 else f"{r.parent.name}/{r.name}")
-        for i, r in enumerate(roots)
-    ]
+    names = _short_names(roots)
+    return [Run(id=str(i), root=r, name=n) for i, (r, n) in enumerate(zip(roots, names))]
+
+
+def _short_names(roots: list[Path]) -> list[str]:
+    """Each run's folder name, lengthened with parent folders until the names are unique."""
+    depth = 1
+    while True:
+        names = ["/".join(r.parts[-depth:]) for r in roots]
+        if len(set(names)) == len(names) or depth >= max(len(r.parts) for r in roots):
+            return names
+        depth += 1
 
 
 def _video_entry(run: Run, rel_dir: str, mode: str, step: int, stem: str,
@@ -73,9 +81,10 @@ def _video_entry(run: Run, rel_dir: str, mode: str, step: int, stem: str,
     side = load_sidecar(sidecar_path or Path(f"{stem}.json"))
     warnings = list(side.warnings)
     if side.mode is not None and side.mode != mode:
-        warnings.append(f"sidecar says mode '{side.mode}' but the video is under video/{mode}/")
+        warnings.append(f"sidecar says mode '{side.mode}' but the video is under video/{mode}/ (listed as {side.mode})")
     if side.global_step is not None and side.global_step != step:
-        warnings.append(f"sidecar says global_step {side.global_step} but the folder is step_{step:06d}")
+        warnings.append(f"sidecar says global_step {side.global_step} but the folder is step_{step:06d} "
+                        f"(listed as step {side.global_step})")
     if side.video is not None and side.video not in {v.name for v in videos}:
         warnings.append(f"sidecar names video '{side.video}', which is not in {rel_dir}/")
     if not videos:
@@ -86,8 +95,11 @@ def _video_entry(run: Run, rel_dir: str, mode: str, step: int, stem: str,
         if v.stat().st_size == 0:
             warnings.append(f"{v.name} is empty (recording interrupted?)")
     video_id = f"{run.id}/{rel_dir}/{stem}"
+    # The sidecar is authoritative (a config may point eval videos at video/train); the
+    # folder names are the fallback when it is missing or invalid.
     return {
-        "id": video_id, "run": run.id, "run_name": run.name, "mode": mode, "global_step": step,
+        "id": video_id, "run": run.id, "run_name": run.name, "mode": side.mode or mode,
+        "global_step": step if side.global_step is None else side.global_step,
         "tag": stem, "path": f"{rel_dir}/{stem}",
         "sources": [{"url": url_for(run, f"{rel_dir}/{v.name}"), "type": VIDEO_TYPES[v.suffix.lower()]}
                     for v in videos],

@@ -177,13 +177,15 @@ def load_sidecar(path: Path) -> Sidecar:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        return Sidecar(warnings=[f"sidecar {path.name} is missing: video listed without episode data"])
+        return Sidecar(warnings=[(
+            f"sidecar {path.name} is missing (still recording, or the recorder stopped early): "
+            "video listed without episode data")])
     except (OSError, UnicodeDecodeError) as exc:
         return Sidecar(warnings=[f"sidecar {path.name} is unreadable ({exc.__class__.__name__})"])
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        return Sidecar(warnings=[
+        return Sidecar(warnings=[(
             f"sidecar {path.name} is corrupt JSON (line {exc.lineno}: {exc.msg}); "
-            "video listed without episode data"])
+            "video listed without episode data")])
     return parse_sidecar(data)

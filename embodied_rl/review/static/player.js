@@ -189,9 +189,10 @@
     renderInfo() {
       const v = this.video, ep = this.ep || {};
       const outcome = R.outcome(this.ep);
-      const flags = ["success_once", "success_at_end"].filter((k) => ep[k] != null).map((k) => `${k}=${ep[k]}`);
+      const yesNo = (b) => (b == null ? null : b ? "yes" : "no");
       const rows = [
-        ["Result", R.outcomeLabel[outcome] + (flags.length ? ` (${flags.join(", ")})` : "")],
+        ["Result", R.outcomeLabel[outcome]],
+        ["Success once", yesNo(ep.success_once)], ["Success at end", yesNo(ep.success_at_end)],
         ["Task", ep.task_id], ["Instruction", ep.instruction],
         ["Run", v.run_name], ["Mode", v.mode], ["Global step", v.global_step],
         ["Checkpoint step", v.checkpoint_step],
