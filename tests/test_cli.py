@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "embodied_rl.cli", *args],
-        cwd=REPO, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        cwd=REPO, check=False, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
     )
 
 

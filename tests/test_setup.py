@@ -36,7 +36,7 @@ def test_stamp_tracks_exactly_what_pip_installs(tmp_path: Path) -> None:
 
 def test_second_setup_run_skips_installs() -> None:
     """On a set-up checkout, setup.sh verifies everything and installs nothing (--no-install fails otherwise)."""
-    proc = subprocess.run(["bash", str(REPO / "scripts/setup.sh"), "--no-install"], capture_output=True,
+    proc = subprocess.run(["bash", str(REPO / "scripts/setup.sh"), "--no-install"], check=False, capture_output=True,
                           text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
     assert "python packages up to date" in proc.stderr
@@ -48,6 +48,6 @@ def test_ci_fails_when_no_tests_are_collected(tmp_path: Path) -> None:
     (tmp_path / "scripts").mkdir()
     # The CI script's contract with run.sh: run pytest over tests/ and pass its exit code on.
     (tmp_path / "scripts/run.sh").write_text(f"exec {sys.executable} -m pytest tests -q -p no:cacheprovider\n")
-    proc = subprocess.run(["bash", str(tmp_path / ".ci/run")], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(["bash", str(tmp_path / ".ci/run")], check=False, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert "collected no tests" in proc.stderr

@@ -17,7 +17,7 @@ _EXPORTS = {
     "RootConfig": "embodied_rl.config.schema",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = ["RootConfig", "config_from_dict", "load_config", "save_resolved_config", "to_dict", "to_yaml"]
 
 
 def __getattr__(name: str) -> Any:

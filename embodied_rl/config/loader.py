@@ -224,13 +224,13 @@ def save_resolved_config(cfg: RootConfig, run_dir: str | os.PathLike[str]) -> Pa
 
 
 __all__ = [
-    "load_config",
-    "config_from_dict",
     "compose",
+    "config_from_dict",
+    "find_experiment",
+    "load_config",
     "resolve",
-    "validate",
+    "save_resolved_config",
     "to_dict",
     "to_yaml",
-    "save_resolved_config",
-    "find_experiment",
+    "validate",
 ]

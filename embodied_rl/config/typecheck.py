@@ -11,7 +11,7 @@ import dataclasses
 import difflib
 import types
 import typing
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any, Literal, Union
 
 from embodied_rl.errors import ConfigError
@@ -19,7 +19,7 @@ from embodied_rl.errors import ConfigError
 MISSING = "???"
 
 
-@lru_cache(maxsize=None)
+@cache
 def field_types(cls: type) -> dict[str, Any]:
     """Resolved type hints of a dataclass's fields (annotations are strings under PEP 563)."""
     hints = typing.get_type_hints(cls)

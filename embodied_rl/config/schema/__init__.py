@@ -30,13 +30,13 @@ class RootConfig:
 
 
 __all__ = [
-    "RootConfig",
-    "ClusterConfig",
-    "RunnerConfig",
-    "AlgorithmConfig",
-    "EnvGroupConfig",
-    "EnvConfig",
-    "RolloutConfig",
     "ActorConfig",
+    "AlgorithmConfig",
+    "ClusterConfig",
+    "EnvConfig",
+    "EnvGroupConfig",
     "ModelConfig",
+    "RolloutConfig",
+    "RootConfig",
+    "RunnerConfig",
 ]

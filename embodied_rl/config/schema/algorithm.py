@@ -20,7 +20,8 @@ REWARD_NORMS = ("none", "batch", "group", "running")
 class SamplingParams:
     do_sample: bool = field(default=True, metadata={"help": "Sample action tokens during training rollouts (false = argmax; log-probs are still reported)."})
     temperature_train: float = field(default=1.0, metadata={"help": "Softmax temperature of training rollouts and of the training forward pass."})
-    temperature_eval: float = field(default=1.0, metadata={"help": "Softmax temperature of evaluation rollouts (used only when eval samples)."})
+    do_sample_eval: bool = field(default=False, metadata={"help": "Sample action tokens during evaluation rollouts; false = greedy (argmax), the usual protocol for reported success rates."})
+    temperature_eval: float = field(default=1.0, metadata={"help": "Softmax temperature of evaluation rollouts (used only with do_sample_eval)."})
     top_k: int | None = field(default=None, metadata={"help": "Keep the k most likely of the 256 action bins before sampling; null = all bins."})
 
 

@@ -17,9 +17,16 @@ ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2")
 
 
 @dataclass
+class CreatePresetConfig:
+    name: str = field(default="tiny", metadata={"help": "Preset of `embodied-rl make-model` (tiny | openvla-7b)."})
+    image_size: int = field(default=224, metadata={"help": "Input side in pixels of the created model."})
+
+
+@dataclass
 class ModelConfig:
     model_type: str = field(default="openvla_oft", metadata={"help": "Policy architecture, a key of the model registry (openvla_oft)."})
     model_path: str = field(default="models/tiny-openvla-oft", metadata={"help": "Checkpoint directory in the official HF layout (config.json, safetensors, tokenizer, dataset_statistics.json)."})
+    create_preset: CreatePresetConfig | None = field(default=None, metadata={"help": "When model_path has no checkpoint yet, create one there from this preset (random init, official layout) before the run; null = a missing checkpoint is an error."})
     action_dim: int = field(default=7, metadata={"help": "Action dimensions per step (7 for EEF delta pose + gripper)."})
     num_action_chunks: int = field(default=8, metadata={"help": "Actions decoded in parallel per forward pass (the chunk length C)."})
     use_proprio: bool = field(default=False, metadata={"help": "Append a projected proprioception token after the image patches (state normalised with the 'proprio' q01/q99 statistics)."})
