@@ -6,7 +6,9 @@ and the `init_params` of every simulator backend that is installed.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import types
+import typing
+from typing import Any, Union
 
 from embodied_rl.config.schema import EnvConfig, RootConfig
 from embodied_rl.config.typecheck import field_types, join, type_name
@@ -63,6 +65,13 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _optional_section(tp: Any) -> type | None:
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if typing.get_origin(tp) in (Union, types.UnionType) and len(args) == 1 and dataclasses.is_dataclass(args[0]):
+        return args[0]
+    return None
+
+
 def rows(cls: type, prefix: str, skip: tuple[str, ...] = ()) -> list[str]:
     """Table rows for every leaf key of `cls`, nested sections flattened to dotted keys."""
     out = []
@@ -76,6 +85,9 @@ def rows(cls: type, prefix: str, skip: tuple[str, ...] = ()) -> list[str]:
             continue
         help_ = f.metadata.get("help", "")
         out.append(f"| `{key}` | {_cell(type_name(tp))} | {_cell(_fmt(_default(f)))} | {_cell(help_)} |")
+        section = _optional_section(tp)
+        if section is not None:  # an optional section: document its keys too
+            out.extend(rows(section, key, skip))
     return out
 
 
