@@ -111,7 +111,15 @@ def test_page_filters_plays_compares(browser, server, tmp_path):
     assert steps == ["1", "1", "1"]
     page.click("#f-clear")
     page.screenshot(path=str(tmp_path / "review_episodes.png"), full_page=True)
-    assert not errors, errors
+    # Filters and the selected episode are kept in the URL: a reload (or a shared link) restores them.
+    page.select_option("#f-outcome", "failure")
+    page.locator("#episode-table tr.episode").nth(1).click()
+    selected = page.locator("#episode-table tr.selected").get_attribute("data-id")
+    again, errors2 = _open(browser, page.url)
+    assert _outcomes(again) == ["failure"] * FAILURES
+    assert again.locator("#episode-table tr.selected").get_attribute("data-id") == selected
+    assert not errors and not errors2, errors + errors2
+    again.close()
     page.close()
 
 

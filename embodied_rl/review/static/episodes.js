@@ -23,16 +23,42 @@
       document.addEventListener("keydown", (e) => this.onKey(e));
     }
 
+    // Filters and the selected episode live in the URL fragment: links and reloads keep them.
+    saveHash() {
+      const params = new URLSearchParams();
+      for (const [key, input] of Object.entries(this.f)) if (input.value) params.set(key, input.value);
+      if (this.selected) params.set("ep", this.selected);
+      if (this.app.view !== "episodes") params.set("view", this.app.view);
+      history.replaceState(null, "", "#" + params.toString());
+    }
+
+    loadHash() {
+      const params = new URLSearchParams(location.hash.slice(1));
+      for (const [key, input] of Object.entries(this.f)) {
+        const value = params.get(key);
+        if (value == null) continue;
+        // Only accept values the control offers (a select keeps its value otherwise).
+        if (input.tagName === "SELECT" && ![...input.options].some((o) => o.value === value)) continue;
+        input.value = value;
+      }
+      return { ep: params.get("ep"), view: params.get("view") };
+    }
+
     setCatalog(catalog) {
+      const first = !this.rows.length && !this.loaded;
+      this.loaded = true;
       this.rows = R.rowsOf(catalog);
       R.fillSelect(this.f.run, [["", "all runs"]].concat(catalog.runs.map((r) => [r.id, r.name])), true);
       const tasks = [...new Set(this.rows.filter((r) => r.ep && r.ep.task_id).map((r) => r.ep.task_id))].sort();
       R.fillSelect(this.f.task, [["", "all tasks"]].concat(tasks.map((t) => [t, t])), true);
       this.f.run.parentElement.hidden = catalog.runs.length < 2;
       document.getElementById("episode-table").classList.toggle("single-run", catalog.runs.length < 2);
+      const wanted = first ? this.loadHash() : {};
+      if (wanted.ep) this.selected = wanted.ep;
       this.render();
       const still = this.rows.find((r) => r.id === this.selected);
-      if (still) this.player.show(still.video, still.ep, false);
+      if (still) this.select(still, false);
+      if (wanted.view && wanted.view !== "episodes") this.app.setView(wanted.view);
     }
 
     clearFilters() {
@@ -106,6 +132,7 @@
       this.tbody.replaceChildren(...trs);
       $("empty").hidden = this.visible.length > 0;
       $("count").textContent = `${this.visible.length} of ${this.rows.length} rows`;
+      this.saveHash();
     }
 
     select(row, autoplay) {
@@ -114,6 +141,7 @@
       for (const tr of this.tbody.querySelectorAll("tr.episode")) tr.classList.toggle("selected", tr.dataset.id === row.id);
       this.compareBtn.disabled = !(row.ep && row.ep.task_id);
       this.player.show(row.video, row.ep, autoplay);
+      this.saveHash();
     }
 
     onKey(e) {

@@ -14,6 +14,7 @@
       for (const view of document.querySelectorAll("main .view")) view.hidden = view.id !== "view-" + name;
       if (name !== "episodes") app.episodes.player.pause();
       if (name !== "compare") app.compare.sides.forEach((s) => s.player.pause());
+      if (app.catalog) app.episodes.saveHash();
     },
   };
 
