@@ -48,6 +48,16 @@ def checkpoint_norm_stats(ckpt_dir: Path) -> tuple[list, list] | None:
     return pre["means"], pre["stds"]
 
 
+def _place(module: nn.Module, device: torch.device, dtype: torch.dtype) -> nn.Module:
+    """module.to(device, dtype), but RoPE frequency buffers stay fp32 as HF's from_pretrained leaves them."""
+    keep = {n: b.detach().clone() for n, b in module.named_buffers() if n.endswith("inv_freq")}
+    module.to(device=device, dtype=dtype)
+    for name, buf in keep.items():
+        owner, _, attr = name.rpartition(".")
+        setattr(module.get_submodule(owner), attr, buf.to(device))
+    return module
+
+
 @register_policy("openvla_oft")
 class OpenVLAOFTPolicy(BasePolicy):
     """Inputs (batch-first): input_ids/attention_mask int64 [B, L], pixel_values float [B, 6*N_img, S, S], proprio float [B, D]."""
@@ -229,7 +239,7 @@ class OpenVLAOFTPolicy(BasePolicy):
         if self.model_cfg.gradient_checkpointing:
             core.vision_backbone.set_grad_checkpointing(True)
             core.language_model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-        return self.to(device=device, dtype=dtype or torch.float32)
+        return _place(self, device, dtype or torch.float32)
 
     @classmethod
     def from_preset(cls, preset: str, model_cfg: ModelConfig, *, device: torch.device | str = "cpu",

@@ -82,8 +82,12 @@ class FusedVisionBackbone(nn.Module):
 
     @staticmethod
     def _features(tower: nn.Module, images: torch.Tensor) -> torch.Tensor:
-        # n = {index of the second-to-last block}; timm 1.x returns a list.
-        (feats,) = tower.get_intermediate_layers(images, n={len(tower.blocks) - 2})
+        # = get_intermediate_layers(n={second-to-last block}) as the official model calls it, but
+        # stop_early skips the last block, whose output is discarded anyway.
+        (feats,) = tower.forward_intermediates(
+            images, indices=[len(tower.blocks) - 2], return_prefix_tokens=False, norm=False,
+            output_fmt="NLC", intermediates_only=True, stop_early=True,
+        )
         return feats
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
