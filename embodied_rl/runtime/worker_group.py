@@ -17,7 +17,7 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from embodied_rl.errors import ConfigError
+from embodied_rl.errors import ConfigError, UserError
 from embodied_rl.runtime.placement import Placement, parse_component_placement
 
 
@@ -164,8 +164,13 @@ class WorkerGroup:
         for rank, ref in enumerate(refs):
             try:
                 out.append(ray.get(ref))
-            except ray.exceptions.RayError as err:
-                raise WorkerError(f"{self.name} rank {rank} failed: {err}") from err
+            except ray.exceptions.RayTaskError as err:
+                cause = getattr(err, "cause", None)
+                if isinstance(cause, UserError):
+                    raise cause from err  # config problems surface as the one-line user error
+                raise WorkerError(f"{self.name} rank {rank} failed: {type(cause).__name__}: {cause}") from err
+            except ray.exceptions.RayError as err:  # actor died, object lost, ...
+                raise WorkerError(f"{self.name} rank {rank} failed: {type(err).__name__}: {err}") from err
         return out
 
     def run(self, method: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> list[Any]:

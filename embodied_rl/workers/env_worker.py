@@ -1,0 +1,156 @@
+"""EnvWorker (Ray actor): steps its share of the sub-envs against a rollout worker's actions.
+
+It owns `total_num_envs / num_env_workers` sub-envs split into `pipeline_stage_num` stages,
+one `ChunkedVectorEnv` per stage with seed offset `rank * stages + stage`. Train and eval
+envs are separate (`env.train` / `env.eval`) and built on first use. With 2 stages the worker
+steps stage k while the rollout worker infers stage k+1 (see workers/messages.py for the
+message protocol); env outputs go to the rollout worker, metrics come back from `interact`.
+"""
+from __future__ import annotations
+
+import time
+
+
+from embodied_rl.config.schema.env import EnvConfig
+from embodied_rl.envs import ChunkedVectorEnv, make_env
+from embodied_rl.errors import ConfigError
+from embodied_rl.runtime.channel import Channel
+from embodied_rl.workers.messages import ActionMessage, EnvStepMessage, action_key, obs_key
+
+MODES = ("train", "eval")
+
+
+def envs_per_worker(total_num_envs: int | None, num_env_workers: int, stages: int, mode: str) -> int:
+    """Sub-envs per stage of one env worker; a ConfigError names the keys when they do not divide."""
+    if not total_num_envs or total_num_envs < 1:
+        raise ConfigError(f"env.{mode}.total_num_envs must be set to a positive number, got {total_num_envs}")
+    if stages < 1:
+        raise ConfigError(f"rollout.pipeline_stage_num must be >= 1, got {stages}")
+    if total_num_envs % (num_env_workers * stages):
+        raise ConfigError(
+            f"env.{mode}.total_num_envs={total_num_envs} must be a multiple of env workers ({num_env_workers}, "
+            f"from cluster.component_placement) x rollout.pipeline_stage_num ({stages})"
+        )
+    return total_num_envs // (num_env_workers * stages)
+
+
+def rollout_rank_of(env_rank: int, num_env_workers: int, num_rollout_workers: int) -> int:
+    """Rollout worker serving an env worker: consecutive env ranks share one rollout worker."""
+    if num_env_workers % num_rollout_workers:
+        raise ConfigError(
+            f"cluster.component_placement: {num_env_workers} env processes must be a multiple of "
+            f"{num_rollout_workers} rollout processes (each rollout worker serves whole env workers)"
+        )
+    return env_rank // (num_env_workers // num_rollout_workers)
+
+
+class EnvWorker:
+    def __init__(
+        self,
+        env_cfgs: dict[str, EnvConfig],
+        channel: Channel,
+        *,
+        rank: int,
+        world_size: int,
+        num_rollout_workers: int,
+        pipeline_stage_num: int,
+        video_dirs: dict[str, str] | None = None,
+        run_name: str = "",
+    ):
+        unknown = set(env_cfgs) - set(MODES)
+        if unknown:
+            raise ValueError(f"EnvWorker: unknown modes {sorted(unknown)}; valid: {MODES}")
+        self.cfgs, self.channel = env_cfgs, channel
+        self.rank, self.world_size, self.stages = rank, world_size, pipeline_stage_num
+        self.rollout_rank = rollout_rank_of(rank, world_size, num_rollout_workers)
+        self.video_dirs, self.run_name = video_dirs or {}, run_name
+        self.per_stage = {m: envs_per_worker(c.total_num_envs, world_size, self.stages, m) for m, c in env_cfgs.items()}
+        self._envs: dict[str, list[ChunkedVectorEnv]] = {}
+
+    def _stage_envs(self, mode: str) -> list[ChunkedVectorEnv]:
+        if mode not in self.cfgs:
+            raise ValueError(f"EnvWorker has no {mode!r} env config; built with {sorted(self.cfgs)}")
+        if mode not in self._envs:
+            self._envs[mode] = [
+                make_env(self.cfgs[mode], self.per_stage[mode], seed_offset=self.rank * self.stages + s,
+                         video_dir=self.video_dirs.get(mode), env_worker=self.rank, stage=s)
+                for s in range(self.stages)
+            ]
+        return self._envs[mode]
+
+    def num_envs(self, mode: str = "train") -> int:
+        return self.per_stage[mode] * self.stages
+
+    def interact(
+        self,
+        n_chunk_steps: int,
+        mode: str = "train",
+        *,
+        global_step: int = 0,
+        checkpoint_step: int = 0,
+        reset_ids: list[int] | None = None,
+    ) -> dict[str, float]:
+        """One rollout epoch: reset every stage, then T chunk steps driven by the rollout worker.
+
+        reset_ids: for evaluation on fixed states, one id per sub-env of *all* env workers
+        (length env.<mode>.total_num_envs); this worker takes its slice.
+        Returns env/* episode metrics and time/env/* (stepping vs waiting for actions).
+        """
+        envs = self._stage_envs(mode)
+        n = self.per_stage[mode]
+        for s, env in enumerate(envs):
+            if reset_ids is not None:
+                start = (self.rank * self.stages + s) * n
+                env.set_reset_ids(reset_ids[start : start + n])
+            env.begin_video(global_step, checkpoint_step, mode, self.run_name)
+        step_s = wait_s = 0.0
+        for s, env in enumerate(envs):
+            t0 = time.perf_counter()
+            obs = env.reset()
+            step_s += time.perf_counter() - t0
+            self._send(EnvStepMessage(self.rank, s, 0, obs, env.active.copy()))
+        for t in range(n_chunk_steps):
+            for s, env in enumerate(envs):
+                t0 = time.perf_counter()
+                msg: ActionMessage = self.channel.get(action_key(self.rank, s))
+                t1 = time.perf_counter()
+                if (msg.stage, msg.step) != (s, t):
+                    raise RuntimeError(f"env worker {self.rank}: expected actions for stage {s} step {t}, got {msg.stage}/{msg.step}")
+                res = env.chunk_step(msg.actions)
+                step_s += time.perf_counter() - t1
+                wait_s += t1 - t0
+                self._send(EnvStepMessage(
+                    self.rank, s, t + 1, res.obs, env.active.copy(), rewards=res.rewards,
+                    terminations=res.terminations, truncations=res.truncations,
+                    dones=res.terminations | res.truncations, final_obs=res.final_obs,
+                ))
+        metrics = self._pop_metrics(envs)
+        for env in envs:
+            env.end_video()
+        metrics.update({"time/env/step_s": step_s, "time/env/wait_actions_s": wait_s})
+        return metrics
+
+    def _send(self, msg: EnvStepMessage) -> None:
+        self.channel.put(msg, obs_key(self.rollout_rank, msg.stage))
+
+    @staticmethod
+    def _pop_metrics(envs: list[ChunkedVectorEnv]) -> dict[str, float]:
+        """Episode-weighted means over all stages (env/* names)."""
+        parts = [e.pop_metrics() for e in envs]
+        total = sum(p["num_trajectories"] for p in parts)
+        out = {"env/num_trajectories": total}
+        if total:
+            for key in parts[0]:
+                if key != "num_trajectories":
+                    out[f"env/{key}"] = float(sum(p.get(key, 0.0) * p["num_trajectories"] for p in parts) / total)
+        return out
+
+    def release(self, mode: str) -> None:
+        """Close the `mode` envs (their simulator processes); they are rebuilt on next use."""
+        for env in self._envs.pop(mode, []):
+            env.close()
+
+    def close(self) -> None:
+        for mode in list(self._envs):
+            self.release(mode)
+        self.channel.close()

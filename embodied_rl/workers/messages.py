@@ -1,0 +1,140 @@
+"""Dataclasses exchanged by env and rollout workers (through `runtime.channel.Channel`).
+
+Protocol of one rollout epoch of T chunk steps and S pipeline stages (per env worker e):
+  env  -> rollout  key obs_key(rollout_rank, s):  EnvStepMessage(step=0)  after reset
+  for t in 0..T-1, for s in 0..S-1:
+  rollout -> env   key action_key(e, s):          ActionMessage(step=t)
+  env  -> rollout  key obs_key(rollout_rank, s):  EnvStepMessage(step=t+1) carrying the outcome
+                                                   of chunk step t and the next observation
+Env outputs (rewards, dones, final_obs) travel to the rollout worker with the next observation,
+so the rollout worker builds the whole trajectory, including V(final_obs) bootstrap values
+which need the policy. Env metrics go back to the runner as `EnvWorker.interact`'s result.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from embodied_rl.envs.messages import EnvObservation
+
+
+def obs_key(rollout_rank: int, stage: int) -> str:
+    return f"obs.r{rollout_rank}.s{stage}"
+
+
+def action_key(env_rank: int, stage: int) -> str:
+    return f"act.e{env_rank}.s{stage}"
+
+
+@dataclass
+class EnvStepMessage:
+    """Observation of one stage of one env worker, plus the outcome of the previous chunk step.
+
+    N = sub-envs of the stage, C = num_action_chunks. The outcome fields are None at step 0.
+    rewards/terminations/truncations: float32/bool [N, C] of chunk step `step - 1`.
+    dones:        bool [N, C] terminations | truncations.
+    final_obs:    terminal observations of sub-envs that auto-reset in that chunk (rows of
+                  others repeat `obs`); None if none did.
+    active:       bool [N] sub-envs inside an episode when `obs` was taken (False after an
+                  episode ended without auto_reset).
+    """
+
+    env_rank: int
+    stage: int
+    step: int
+    obs: EnvObservation
+    active: np.ndarray
+    rewards: np.ndarray | None = None
+    terminations: np.ndarray | None = None
+    truncations: np.ndarray | None = None
+    dones: np.ndarray | None = None
+    final_obs: EnvObservation | None = None
+
+
+@dataclass
+class ActionMessage:
+    """Actions float32 [N, C, A] (policy space) for one stage of one env worker."""
+
+    stage: int
+    step: int
+    actions: np.ndarray
+
+
+@dataclass
+class SamplingSpec:
+    """How the rollout samples action tokens (from algorithm.sampling_params)."""
+
+    do_sample: bool = True
+    temperature: float = 1.0
+    top_k: int = 0  # 0 = all 256 bins
+
+
+@dataclass
+class Trajectory:
+    """One rollout epoch of one rollout worker, time-major (T chunk steps, N sub-envs).
+
+    N orders sub-envs by (env rank, stage, index in stage), i.e. the global sub-env index
+    among the env workers this rollout worker serves. L = C*A tokens, Kv = value width.
+      forward_inputs   dict[str, Tensor [T, N, ...]]  PolicyOutput.forward_inputs
+      action_tokens    int64 [T, N, L]
+      logprobs         float32 [T, N, L]   old log-probs
+      rewards          float32 [T, N, C]
+      terminations, truncations, dones  bool [T, N, C]
+      active_mask      bool [T, N]  sub-env was inside an episode at chunk step t
+      values           float32 [T+1, N, Kv] or None (no value head); row T = V(last obs)
+      bootstrap_values float32 [T, N] V(final_obs) at chunk steps where the sub-env auto-reset
+                       (0 elsewhere); None without values
+      version          weight version the actions were sampled with
+    """
+
+    forward_inputs: dict[str, torch.Tensor]
+    action_tokens: torch.Tensor
+    logprobs: torch.Tensor
+    rewards: torch.Tensor
+    terminations: torch.Tensor
+    truncations: torch.Tensor
+    dones: torch.Tensor
+    active_mask: torch.Tensor
+    values: torch.Tensor | None
+    bootstrap_values: torch.Tensor | None
+    version: int
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.action_tokens.shape[0])
+
+    @property
+    def num_envs(self) -> int:
+        return int(self.action_tokens.shape[1])
+
+    def to_batch(self) -> dict:
+        """The dict compute_advantages / ActorWorker.train_step consume (shared tensor keys)."""
+        batch = {
+            "forward_inputs": self.forward_inputs, "action_tokens": self.action_tokens,
+            "logprobs": self.logprobs, "old_logprobs": self.logprobs, "rewards": self.rewards,
+            "dones": self.dones, "truncations": self.truncations,
+        }
+        if self.values is not None:
+            batch["values"] = self.values
+            batch["bootstrap_values"] = self.bootstrap_values
+        return batch
+
+
+def concat_trajectories(parts: list[Trajectory]) -> Trajectory:
+    """Join trajectories of several rollout workers along N (in the given order)."""
+    if len({p.version for p in parts}) != 1:
+        raise ValueError(f"trajectories from different weight versions: {[p.version for p in parts]}")
+
+    def cat(xs):
+        return None if xs[0] is None else torch.cat(xs, dim=1)
+
+    return Trajectory(
+        forward_inputs={k: torch.cat([p.forward_inputs[k] for p in parts], 1) for k in parts[0].forward_inputs},
+        action_tokens=cat([p.action_tokens for p in parts]), logprobs=cat([p.logprobs for p in parts]),
+        rewards=cat([p.rewards for p in parts]), terminations=cat([p.terminations for p in parts]),
+        truncations=cat([p.truncations for p in parts]), dones=cat([p.dones for p in parts]),
+        active_mask=cat([p.active_mask for p in parts]), values=cat([p.values for p in parts]),
+        bootstrap_values=cat([p.bootstrap_values for p in parts]), version=parts[0].version,
+    )

@@ -1,0 +1,203 @@
+"""RolloutWorker (Ray actor, HuggingFace-style torch backend): batched policy inference.
+
+It serves `num_env_workers / num_rollout_workers` consecutive env workers: per chunk step and
+pipeline stage it gathers their observations (one message each), runs `prepare_inputs` +
+`predict` once under `torch.no_grad`, sends each env worker its actions, and accumulates the
+trajectory (see `Trajectory` in workers/messages.py), which `generate` returns to the runner.
+
+`enable_offload` moves the model to CPU between rollouts; it needs a GPU (on CPU the model is
+already in host memory, so the key is rejected rather than silently ignored).
+"""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+import numpy as np
+import torch
+
+from embodied_rl.config.schema.model import ModelConfig
+from embodied_rl.envs.messages import EnvObservation
+from embodied_rl.errors import ConfigError
+from embodied_rl.runtime.channel import Channel
+from embodied_rl.workers.env_worker import rollout_rank_of
+from embodied_rl.workers.messages import (
+    ActionMessage, EnvStepMessage, SamplingSpec, Trajectory, action_key, obs_key,
+)
+
+
+def concat_obs(parts: list[EnvObservation]) -> EnvObservation:
+    wrist = None if parts[0].wrist_images is None else np.concatenate([p.wrist_images for p in parts])
+    return EnvObservation(
+        main_images=np.concatenate([p.main_images for p in parts]),
+        states=np.concatenate([p.states for p in parts]),
+        task_descriptions=[d for p in parts for d in p.task_descriptions],
+        wrist_images=wrist,
+    )
+
+
+class RolloutWorker:
+    def __init__(
+        self,
+        model_cfg: ModelConfig,
+        channel: Channel,
+        *,
+        rank: int,
+        world_size: int,
+        num_env_workers: int,
+        pipeline_stage_num: int,
+        sampling: dict[str, SamplingSpec],
+        compute_values: bool,
+        enable_offload: bool = False,
+        seed: int = 0,
+    ):
+        from embodied_rl.models.registry import build_policy
+
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if enable_offload and self.device.type != "cuda":
+            raise ConfigError("rollout.enable_offload=true needs a GPU (on CPU the model already lives in host memory); set it to false")
+        self.rank, self.channel, self.stages = rank, channel, pipeline_stage_num
+        self.env_ranks = [e for e in range(num_env_workers) if rollout_rank_of(e, num_env_workers, world_size) == rank]
+        self.sampling, self.compute_values, self.enable_offload = sampling, compute_values, enable_offload
+        self.policy = build_policy(model_cfg, device=self.device).eval()
+        self.version = 0
+        self.generator = torch.Generator(device=self.device).manual_seed(seed * 1000 + rank)
+        for s in range(self.stages):
+            channel.register_consumer(obs_key(rank, s))  # before env workers send: shared-memory path
+        if enable_offload:
+            self.offload()
+
+    # ------------------------------------------------------------------ rollout
+    @torch.no_grad()
+    def generate(self, n_chunk_steps: int, mode: str = "train") -> tuple[Trajectory | None, dict[str, float]]:
+        """Serve one rollout epoch of T chunk steps: (Trajectory, time/rollout/* metrics).
+
+        mode "eval" keeps no trajectory (returns None) and uses the eval sampling spec."""
+        if mode not in self.sampling:
+            raise ValueError(f"RolloutWorker: no sampling spec for mode {mode!r}; have {sorted(self.sampling)}")
+        if self.enable_offload:
+            self.onload()
+        spec, keep = self.sampling[mode], mode == "train"
+        rec: list[dict[str, list]] = [defaultdict(list) for _ in range(self.stages)]
+        infer_s = wait_s = 0.0
+        for t in range(n_chunk_steps + 1):
+            for s in range(self.stages):
+                t0 = time.perf_counter()
+                msgs = self._receive(s, t)
+                t1 = time.perf_counter()
+                wait_s += t1 - t0
+                if t > 0 and keep:
+                    self._record_outcome(rec[s], msgs)
+                obs = concat_obs([m.obs for m in msgs])
+                if t < n_chunk_steps:
+                    out = self.policy.predict(self._inputs(obs), do_sample=spec.do_sample, temperature=spec.temperature,
+                                              top_k=spec.top_k, compute_values=self.compute_values and keep,
+                                              generator=self.generator)
+                    self._send_actions(s, t, out.actions.float().cpu().numpy(), [m.obs.num_envs for m in msgs])
+                    if keep:
+                        self._record_step(rec[s], out, msgs)
+                elif keep and self.compute_values:
+                    rec[s]["last_values"].append(self._values(obs))
+                infer_s += time.perf_counter() - t1
+        if self.enable_offload:
+            self.offload()
+        metrics = {"time/rollout/infer_s": infer_s, "time/rollout/wait_obs_s": wait_s}
+        return (self._build(rec) if keep else None), metrics
+
+    def _receive(self, stage: int, step: int) -> list[EnvStepMessage]:
+        msgs = [self.channel.get(obs_key(self.rank, stage)) for _ in self.env_ranks]
+        msgs.sort(key=lambda m: m.env_rank)
+        if [m.env_rank for m in msgs] != self.env_ranks or any(m.step != step for m in msgs):
+            got = [(m.env_rank, m.step) for m in msgs]
+            raise RuntimeError(f"rollout worker {self.rank} stage {stage}: expected step {step} from env workers {self.env_ranks}, got {got}")
+        return msgs
+
+    def _inputs(self, obs: EnvObservation) -> dict[str, torch.Tensor]:
+        return {k: v.to(self.device) for k, v in self.policy.prepare_inputs(obs).items()}
+
+    def _values(self, obs: EnvObservation) -> torch.Tensor:
+        out = self.policy.predict(self._inputs(obs), do_sample=False, compute_values=True)
+        if out.values is None:
+            raise ConfigError("the critic needs a value head: set actor.model.add_value_head=true or use a critic-free adv_type")
+        return out.values.float().cpu()
+
+    def _send_actions(self, stage: int, step: int, actions: np.ndarray, sizes: list[int]) -> None:
+        start = 0
+        for env_rank, n in zip(self.env_ranks, sizes):
+            self.channel.put(ActionMessage(stage, step, actions[start : start + n]), action_key(env_rank, stage))
+            start += n
+
+    def _record_step(self, rec: dict, out, msgs: list[EnvStepMessage]) -> None:
+        rec["forward_inputs"].append({k: v.cpu() for k, v in out.forward_inputs.items()})
+        rec["action_tokens"].append(out.action_tokens.cpu())
+        rec["logprobs"].append(out.logprobs.float().cpu())
+        rec["active_mask"].append(torch.from_numpy(np.concatenate([m.active for m in msgs])))
+        if self.compute_values:
+            if out.values is None:
+                raise ConfigError("the critic needs a value head: set actor.model.add_value_head=true or use a critic-free adv_type")
+            rec["values"].append(out.values.float().cpu())
+
+    def _record_outcome(self, rec: dict, msgs: list[EnvStepMessage]) -> None:
+        for key in ("rewards", "terminations", "truncations", "dones"):
+            rec[key].append(torch.from_numpy(np.concatenate([getattr(m, key) for m in msgs])))
+        if self.compute_values:
+            n = sum(m.obs.num_envs for m in msgs)
+            boot = torch.zeros(n)
+            if any(m.final_obs is not None for m in msgs):
+                final = concat_obs([m.final_obs if m.final_obs is not None else m.obs for m in msgs])
+                reset = np.concatenate([m.dones.any(-1) for m in msgs])
+                boot = torch.where(torch.from_numpy(reset), self._values(final)[:, 0], boot)
+            rec["bootstrap_values"].append(boot)
+
+    def _build(self, rec: list[dict]) -> Trajectory:
+        """Stack time, then order the N axis by (env rank, stage, sub-env)."""
+        k = len(self.env_ranks)
+
+        def merge(get) -> torch.Tensor:
+            per_stage = [get(rec[s]) for s in range(self.stages)]  # [T(+1), k*n, ...] each
+            blocks = []
+            for i in range(k):
+                for block in per_stage:
+                    n = block.shape[1] // k
+                    blocks.append(block[:, i * n : (i + 1) * n])
+            return torch.cat(blocks, dim=1)
+
+        def field(key: str):
+            return merge(lambda r: torch.stack(r[key]))
+
+        fi_keys = list(rec[0]["forward_inputs"][0])
+        values = boot = None
+        if self.compute_values:
+            values = merge(lambda r: torch.stack(r["values"] + r["last_values"]))
+            boot = field("bootstrap_values")
+        return Trajectory(
+            forward_inputs={key: merge(lambda r, key=key: torch.stack([x[key] for x in r["forward_inputs"]])) for key in fi_keys},
+            action_tokens=field("action_tokens"), logprobs=field("logprobs"), rewards=field("rewards"),
+            terminations=field("terminations"), truncations=field("truncations"), dones=field("dones"),
+            active_mask=field("active_mask"), values=values, bootstrap_values=boot, version=self.version,
+        )
+
+    # ------------------------------------------------------------------ weights / memory
+    def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> int:
+        """Load the actor's trainable tensors; versions must strictly increase."""
+        if version <= self.version:
+            raise ValueError(f"rollout worker {self.rank}: weight version {version} is stale or duplicate (have {self.version})")
+        self.policy.load_trainable_state_dict({k: v.to(self.device) for k, v in state_dict.items()})
+        self.version = version
+        return version
+
+    def offload(self) -> None:
+        self.policy.to("cpu")
+        torch.cuda.empty_cache()
+
+    def onload(self) -> None:
+        self.policy.to(self.device)
+
+    def get_rng_state(self) -> torch.Tensor:
+        return self.generator.get_state()
+
+    def set_rng_state(self, state: torch.Tensor) -> None:
+        self.generator.set_state(state)
+
+    def close(self) -> None:
+        self.channel.close()

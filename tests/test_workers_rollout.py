@@ -1,0 +1,123 @@
+"""Env + rollout workers on real ManiSkill (64 px) with the real tiny OFT model, over Ray.
+
+1 env worker x 2 sub-envs x 2 pipeline stages + 1 rollout worker, 2 chunk steps: the
+trajectory has the documented shapes, eval mode keeps none, weight versions are enforced.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import ray
+import torch
+from ray_fixtures import ray_session  # noqa: F401
+
+from embodied_rl.config.schema.env import EnvConfig
+from embodied_rl.config.schema.model import ModelConfig
+from embodied_rl.errors import ConfigError
+from embodied_rl.envs.maniskill import ManiSkillParams
+from embodied_rl.models.cli import make_model_main
+from embodied_rl.runtime.channel import Channel
+from embodied_rl.runtime.worker_group import RayCluster, WorkerError, WorkerGroup
+from embodied_rl.workers.env_worker import EnvWorker
+from embodied_rl.workers.messages import SamplingSpec, Trajectory
+from embodied_rl.workers.rollout_worker import RolloutWorker
+
+pytestmark = [pytest.mark.maniskill, pytest.mark.slow]
+
+T, N, STAGES, C, A = 2, 2, 2, 8, 7
+
+
+def env_cfg(**kw) -> EnvConfig:
+    params = ManiSkillParams(id="PickCube-v1", camera_heights=64, camera_widths=64, reward_mode="dense")
+    base = dict(env_type="maniskill", task_description="pick up the red cube", seed=3, total_num_envs=N,
+                max_episode_steps=C * T, auto_reset=True, init_params=dataclasses.asdict(params))
+    base.update(kw)
+    return EnvConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def model_cfg(tmp_path_factory) -> ModelConfig:
+    out = tmp_path_factory.mktemp("models") / "tiny-oft-64"
+    assert make_model_main(["tiny", str(out), "--image-size", "64", "--seed", "0"]) == 0
+    return ModelConfig(model_path=str(out), add_value_head=True)
+
+
+@pytest.fixture(scope="module")
+def workers(ray_session, model_cfg):  # noqa: F811
+    cluster = RayCluster(num_cpu_slots=2)
+    placement = cluster.placement({"env": "0", "rollout": "1"})
+    channel = Channel.create("rollout_test", queue_size=2)
+    envs = WorkerGroup(EnvWorker, cluster, placement, "env", kwargs=dict(
+        env_cfgs={"train": env_cfg(), "eval": env_cfg(auto_reset=False, ignore_terminations=True)},
+        channel=channel, num_rollout_workers=1, pipeline_stage_num=STAGES))
+    rollouts = WorkerGroup(RolloutWorker, cluster, placement, "rollout", kwargs=dict(
+        model_cfg=model_cfg, channel=channel, num_env_workers=1, pipeline_stage_num=STAGES,
+        sampling={"train": SamplingSpec(), "eval": SamplingSpec(do_sample=False)}, compute_values=True))
+    yield envs, rollouts
+    envs.run("close")
+    envs.shutdown()
+    rollouts.shutdown()
+    channel.shutdown()
+    cluster.shutdown()
+
+
+def run_epoch(envs, rollouts, mode="train", **kw):
+    env_refs = envs.call("interact", T, mode, **kw)
+    out_refs = rollouts.call("generate", T, mode)
+    return envs.gather(env_refs, timeout=300)[0], rollouts.gather(out_refs, timeout=300)[0]
+
+
+def test_rollout_trajectory_has_documented_shapes(workers):
+    envs, rollouts = workers
+    env_metrics, (traj, roll_metrics) = run_epoch(envs, rollouts)
+    assert isinstance(traj, Trajectory) and traj.version == 0
+    assert traj.action_tokens.shape == (T, N, C * A) and traj.action_tokens.dtype == torch.int64
+    assert traj.logprobs.shape == (T, N, C * A) and torch.isfinite(traj.logprobs).all()
+    assert (traj.logprobs <= 0).all()
+    for name in ("rewards", "terminations", "truncations", "dones"):
+        assert getattr(traj, name).shape == (T, N, C), name
+    assert traj.rewards.dtype == torch.float32 and traj.dones.dtype == torch.bool
+    assert traj.active_mask.shape == (T, N) and traj.active_mask[0].all()
+    assert traj.values.shape == (T + 1, N, C) and torch.isfinite(traj.values).all()
+    assert traj.bootstrap_values.shape == (T, N)
+    # Episodes are C*T steps long: every sub-env is truncated at the last step of the last chunk.
+    assert traj.truncations[-1, :, -1].all() and not traj.truncations[0].any()
+    assert (traj.bootstrap_values[-1] != 0).all() and (traj.bootstrap_values[0] == 0).all()
+    for key, value in traj.forward_inputs.items():
+        assert value.shape[:2] == (T, N), key
+    assert env_metrics["env/num_trajectories"] == N
+    assert env_metrics["time/env/step_s"] > 0 and roll_metrics["time/rollout/infer_s"] > 0
+    batch = traj.to_batch()
+    assert batch["old_logprobs"] is traj.logprobs and batch["values"].shape[0] == T + 1
+
+
+def test_eval_mode_fixed_reset_ids_keeps_no_trajectory(workers):
+    envs, rollouts = workers
+    envs.run("release", "train")  # at most 2 simulator processes at a time on the test box
+    env_metrics, (traj, _) = run_epoch(envs, rollouts, "eval", reset_ids=[5, 7])
+    assert traj is None and env_metrics["env/num_trajectories"] == N  # truncated at T*C steps
+
+
+def test_weight_versions_must_increase(workers, model_cfg):
+    _, rollouts = workers
+    from embodied_rl.models import build_policy
+
+    sd = build_policy(model_cfg).trainable_state_dict()
+    assert rollouts.run("update_weights", sd, 1) == [1]
+    with pytest.raises(WorkerError, match="stale or duplicate"):
+        rollouts.run("update_weights", sd, 1)
+
+
+def test_worker_error_names_group_and_rank(workers):
+    envs, _ = workers
+    with pytest.raises(WorkerError, match="^EnvWorker rank 0 failed: ValueError: EnvWorker has no 'bogus' env config"):
+        envs.run("interact", 1, "bogus")
+
+
+def test_rollout_offload_rejected_on_cpu(model_cfg):
+    if torch.cuda.is_available():
+        pytest.skip("offload is valid with a GPU")  # conditional: the rejection is CPU-only
+    with pytest.raises(ConfigError, match="rollout.enable_offload"):
+        RolloutWorker(model_cfg, None, rank=0, world_size=1, num_env_workers=1, pipeline_stage_num=1,
+                      sampling={}, compute_values=False, enable_offload=True)
