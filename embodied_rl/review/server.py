@@ -73,13 +73,16 @@ class Guard:
             await JSONResponse({"detail": "invalid Host header"}, 400)(scope, receive, send)
             return
 
+        # Run files keep their ETag/Last-Modified revalidation (videos are large and seeked a
+        # lot); the page and the catalog are never cached so Reload always rescans.
+        extra = [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"),
+                 (b"content-security-policy", _CSP.encode())]
+        if not scope["path"].startswith("/files/"):
+            extra.append((b"cache-control", b"no-store"))
+
         async def send_with_headers(message: dict) -> None:
             if message["type"] == "http.response.start":
-                message.setdefault("headers", [])
-                message["headers"] = list(message["headers"]) + [
-                    (b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"),
-                    (b"content-security-policy", _CSP.encode()), (b"cache-control", b"no-store"),
-                ]
+                message["headers"] = list(message.get("headers", [])) + extra
             await send(message)
 
         await self.app(scope, receive, send_with_headers)

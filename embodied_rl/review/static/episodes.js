@@ -113,7 +113,8 @@
       for (const row of this.visible) {
         const v = row.video, ep = row.ep || {}, outcome = R.outcome(row.ep);
         const tr = el("tr", { className: "episode" + (row.id === this.selected ? " selected" : ""),
-          dataset: { id: row.id, outcome: outcome }, onclick: () => this.select(row, true) }, [
+          tabIndex: 0, dataset: { id: row.id, outcome: outcome }, onclick: () => this.select(row, true),
+          onkeydown: (e) => { if (e.key === "Enter") this.select(row, true); } }, [
           el("td", { className: "col-run", textContent: v.run_name }), el("td", { textContent: v.mode }),
           el("td", { textContent: v.global_step }), el("td", { textContent: ep.task_id || "—", title: ep.instruction || "" }),
           el("td", { textContent: ep.env_index ?? "—" }), el("td", { textContent: ep.reset_id ?? "—" }),
