@@ -158,7 +158,11 @@ def test_set_reset_ids_for_eval(holder):
 def test_same_seed_same_initial_observations_across_envs(holder):
     first = vec(holder, seed=5).reset()
     other_seed = vec(holder, seed=6).reset()
+    old = holder.backend.pool.pids()
     holder.close()  # a separately created env: new processes, new simulators
+    for pid in old:  # close() leaves no orphans
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
     second = vec(holder, seed=5).reset()
     np.testing.assert_array_equal(first.main_images, second.main_images)
     np.testing.assert_array_equal(first.states, second.states)

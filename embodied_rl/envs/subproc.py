@@ -129,6 +129,7 @@ class SubprocEnvPool:
         self.reset_ids = np.full(num_envs, -1, dtype=np.int64)  # current episode's reset id
         self.tasks: list[tuple[str, str]] = [("?", "?")] * num_envs
         self.num_restarts = 0
+        self._failures_in_row = [0] * num_envs  # a sub-env failing every step is a bug, not bad luck
         self.action_dim: int | None = None  # reported by the SubEnvs (SubEnv.action_dim)
         self._closed = False
         self._children: list[_Child] = []
@@ -179,9 +180,16 @@ class SubprocEnvPool:
         obs: list[dict] = []
         for k, (i, reply) in enumerate(zip(ids, replies)):
             if isinstance(reply, SubEnvCrash):
+                self._failures_in_row[i] += 1
+                if self._failures_in_row[i] > self.options.max_restarts:
+                    raise RuntimeError(
+                        f"sub-env {i} (task {self.tasks[i][0]}, reset id {self.reset_ids[i]}) failed "
+                        f"{self._failures_in_row[i]} steps in a row, last: {str(reply).splitlines()[0]}"
+                    )
                 obs.append(self._recover(i, reply))
                 failed[k] = terminated[k] = True
             else:
+                self._failures_in_row[i] = 0
                 o, rewards[k], terminated[k], success[k] = reply
                 obs.append(o)
         return obs, rewards, terminated, success, failed

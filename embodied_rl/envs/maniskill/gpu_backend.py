@@ -1,0 +1,109 @@
+"""ManiSkill3 GPU sim: all N sub-envs batched in one process (`sim_backend: gpu`, needs CUDA).
+
+ManiSkill's GPU sim steps every parallel env at once, so sub-envs that are done (auto_reset off)
+are stepped with zero actions and their rows keep the last observation. Partial resets use
+`options={"env_idx": ...}` with a full-length seed list (ManiSkill re-seeds the episode RNG of
+all envs from that list; only the reset envs are re-initialised, the others keep their state).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+import numpy as np
+
+from embodied_rl.config.schema.env import EnvConfig
+from embodied_rl.envs.backend import BackendStep, SimulatorBackend
+from embodied_rl.envs.maniskill.backend import instruction_of
+from embodied_rl.envs.maniskill.make import camera_names, make_gym_env, proprio_state
+from embodied_rl.envs.maniskill.params import ManiSkillParams
+from embodied_rl.envs.messages import EnvObservation
+from embodied_rl.errors import ConfigError
+
+
+class ManiSkillGPUBackend(SimulatorBackend):
+    params_cls: ClassVar[type] = ManiSkillParams
+
+    def __init__(self, cfg: EnvConfig, params: ManiSkillParams, num_envs: int, *, seed: int) -> None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("env.init_params.sim_backend='gpu' needs CUDA, which is not available here; use 'cpu'")
+        self.num_envs, self.params = num_envs, params
+        self.instruction = instruction_of(cfg, params)
+        self.env = make_gym_env(params, num_envs=num_envs)
+        self.main_cam, self.wrist_cam = camera_names(self.env, params)
+        self._action_dim = int(self.env.action_space.shape[-1])
+        self._seeds = np.random.default_rng(seed).integers(0, 2**31 - 1, num_envs).tolist()
+        self._obs: EnvObservation | None = None
+        self._first_reset = True
+
+    @property
+    def action_dim(self) -> int:
+        return self._action_dim
+
+    def num_reset_ids(self) -> int | None:
+        return None
+
+    def task_of(self, env_index: int) -> tuple[str, str]:
+        return self.params.id, self.instruction
+
+    def _convert(self, obs: dict) -> EnvObservation:
+        sensors = obs["sensor_data"]
+        return EnvObservation(
+            main_images=sensors[self.main_cam]["rgb"].cpu().numpy(),
+            states=proprio_state(obs),
+            task_descriptions=[self.instruction] * self.num_envs,
+            wrist_images=None if self.wrist_cam is None else sensors[self.wrist_cam]["rgb"].cpu().numpy(),
+        )
+
+    def reset(self, env_ids: Sequence[int], reset_ids: Sequence[int]) -> EnvObservation:
+        import torch
+
+        ids = [int(i) for i in env_ids]
+        for i, rid in zip(ids, reset_ids):
+            self._seeds[i] = int(rid)
+        if self._first_reset and len(ids) != self.num_envs:
+            raise RuntimeError("the first reset of the ManiSkill GPU sim must reset all sub-envs")
+        options = {} if len(ids) == self.num_envs else {"env_idx": torch.tensor(ids, device=self.env.unwrapped.device)}
+        obs, _ = self.env.reset(seed=list(self._seeds), options=options)
+        self._first_reset = False
+        full = self._convert(obs)
+        if self._obs is None:
+            self._obs = full
+        else:
+            idx = np.asarray(ids)
+            self._obs.main_images[idx] = full.main_images[idx]
+            self._obs.states[idx] = full.states[idx]
+            if self._obs.wrist_images is not None:
+                self._obs.wrist_images[idx] = full.wrist_images[idx]
+        return EnvObservation(
+            main_images=full.main_images[ids], states=full.states[ids], task_descriptions=[self.instruction] * len(ids),
+            wrist_images=None if full.wrist_images is None else full.wrist_images[ids],
+        )
+
+    def step(self, actions: np.ndarray, env_ids: Sequence[int] | None = None) -> BackendStep:
+        import torch
+
+        active = np.ones(self.num_envs, bool) if env_ids is None else np.isin(np.arange(self.num_envs), env_ids)
+        act = torch.as_tensor(np.where(active[:, None], actions, 0.0), dtype=torch.float32, device=self.env.unwrapped.device)
+        obs, reward, terminated, _trunc, info = self.env.step(act)
+        new = self._convert(obs)
+        assert self._obs is not None, "step before reset"
+        for name in ("main_images", "states", "wrist_images"):
+            cur = getattr(self._obs, name)
+            if cur is not None:
+                cur[active] = getattr(new, name)[active]
+        success = info["success"].cpu().numpy().astype(bool) if "success" in info else np.zeros(self.num_envs, bool)
+        return BackendStep(
+            obs=EnvObservation(main_images=self._obs.main_images.copy(), states=self._obs.states.copy(),
+                               task_descriptions=list(self._obs.task_descriptions),
+                               wrist_images=None if self._obs.wrist_images is None else self._obs.wrist_images.copy()),
+            rewards=np.where(active, reward.cpu().numpy().astype(np.float32), 0.0).astype(np.float32),
+            terminated=terminated.cpu().numpy().astype(bool) & active,
+            success=success & active,
+            failed=np.zeros(self.num_envs, bool),
+        )
+
+    def close(self) -> None:
+        self.env.close()
