@@ -99,8 +99,11 @@ class LiberoSubEnv(SubEnv):
         env.reset()  # soft reset: sim, controllers and observables; the MJCF is not rebuilt
         _clear_gripper_command(env)
         raw = env.set_init_state(load_init_states(task.init_states_file)[init_state_id])
+        # Settle with the no-op (zero motion, gripper open) exactly as the public OFT evaluation
+        # does, cameras on: skipping their rendering shifts robosuite's observation sampling
+        # phase, and the first policy frames would then differ from the protocol's.
         for _ in range(self.params.num_steps_wait):
-            raw, _, _, _ = env.step(NOOP_ACTION)  # let objects settle; not an episode step
+            raw, _, _, _ = env.step(NOOP_ACTION)
         self._task, self.init_state_id = task, init_state_id
         return convert(raw, self.params.image_orientation, self.params.wrist_camera)
 
