@@ -15,7 +15,11 @@ from embodied_rl.errors import UserError
 from embodied_rl.models import build_policy
 from embodied_rl.models.cli import make_model_main
 from embodied_rl.models.openvla_oft import sampling as S
-from embodied_rl.models.openvla_oft.actions import ActionTokenizer, BoundsQ99, resolve_unnorm_key
+from embodied_rl.models.openvla_oft.actions import (
+    ActionTokenizer,
+    BoundsQ99,
+    resolve_unnorm_key,
+)
 
 HALF_BIN = 1.0 / 255  # bins are 2/255 wide
 

@@ -1,6 +1,8 @@
 """Acceptance 1 (forward + backward, where gradients go) and the FSDP2 wrap of the policy."""
 from __future__ import annotations
 
+import socket
+
 import numpy as np
 import pytest
 import torch
@@ -23,7 +25,7 @@ def ckpt(tmp_path_factory) -> str:
 
 def make_obs(n: int = 2, seed: int = 0) -> EnvObservation:
     rng = np.random.default_rng(seed)
-    img = lambda: rng.integers(0, 256, (n, 64, 64, 3), dtype=np.uint8)  # noqa: E731
+    img = lambda: rng.integers(0, 256, (n, 64, 64, 3), dtype=np.uint8)
     return EnvObservation(main_images=img(), wrist_images=img(), states=rng.standard_normal((n, 8)).astype(np.float32),
                           task_descriptions=["pick up the red cube", "open the top drawer"][:n] + ["x"] * max(0, n - 2))
 
@@ -119,7 +121,10 @@ def test_fsdp2_wrapped_policy_evaluates_and_backprops(ckpt):
     inputs = policy.prepare_inputs(obs)
     with torch.no_grad():
         ref = policy.predict(inputs, do_sample=False)
-    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29571", rank=0, world_size=1)
+    with socket.socket() as sock:  # a free port: other test sessions may run in parallel
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     try:
         for unit in policy.fsdp_units():
             fully_shard(unit)

@@ -49,7 +49,7 @@ def tiny(tmp_path_factory):
 
 def _obs(n=2, wrist=True, state_dim=4) -> EnvObservation:
     rng = np.random.default_rng(6)
-    im = lambda: rng.integers(0, 256, (n, 64, 64, 3), dtype=np.uint8)  # noqa: E731
+    im = lambda: rng.integers(0, 256, (n, 64, 64, 3), dtype=np.uint8)
     return EnvObservation(main_images=im(), wrist_images=im() if wrist else None,
                           states=np.linspace(-3, 3, n * state_dim, dtype=np.float32).reshape(n, state_dim),
                           task_descriptions=["Pick Up the Red Cube", "stack the cube"][:n])

@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from embodied_rl.errors import UserError

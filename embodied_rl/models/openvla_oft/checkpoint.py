@@ -68,8 +68,11 @@ def write_state_dict(sd: dict[str, torch.Tensor], ckpt_dir: str | Path, max_shar
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
 
 
-def load_exact(module: nn.Module, sd: dict[str, torch.Tensor], source: str) -> None:
-    """load_state_dict that fails with one line naming missing / unexpected / mis-shaped tensors."""
+def load_exact(module: nn.Module, sd: dict[str, torch.Tensor], source: str, assign: bool = False) -> None:
+    """load_state_dict that fails with one line naming missing / unexpected / mis-shaped tensors.
+
+    assign=True adopts the checkpoint tensors (for modules built on the meta device).
+    """
     expected = module.state_dict()
     missing = sorted(set(expected) - set(sd))
     unexpected = sorted(set(sd) - set(expected))
@@ -80,7 +83,14 @@ def load_exact(module: nn.Module, sd: dict[str, torch.Tensor], source: str) -> N
             problems.append(f"{len(keys)} {label} ({', '.join(keys[:6])}{', ...' if len(keys) > 6 else ''})")
     if problems:
         raise CheckpointError(f"{source} does not match the model built from its config.json: {'; '.join(problems)}")
-    module.load_state_dict(sd, strict=True)
+    module.load_state_dict(sd, strict=True, assign=assign)
+
+
+def check_materialized(module: nn.Module) -> None:
+    """After a meta-device build: every parameter and buffer must hold real data."""
+    left = [n for n, t in [*module.named_parameters(), *module.named_buffers()] if t.is_meta]
+    if left:
+        raise RuntimeError(f"tensors left uninitialised after loading: {', '.join(left[:6])}")
 
 
 def save_component(module: nn.Module, path: str | Path) -> None:

@@ -34,6 +34,10 @@ class ProprioProjector(nn.Module):
         self.fc2 = nn.Linear(llm_dim, llm_dim)
         self.act_fn1 = nn.GELU()
 
+    def reset_parameters(self) -> None:
+        self.fc1.reset_parameters()
+        self.fc2.reset_parameters()
+
     def forward(self, proprio: torch.Tensor) -> torch.Tensor:
         return self.fc2(self.act_fn1(self.fc1(proprio)))
 
@@ -50,6 +54,10 @@ class ValueHead(nn.Module):
         self.head_l2 = nn.Linear(512, 128)
         self.head_l3 = nn.Linear(128, out_dim, bias=False)
         self.act = nn.GELU()
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Kaiming for the hidden layers, N(0, 0.02) for the output layer (RLinf's init)."""
         for layer in (self.head_l1, self.head_l2):
             nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
             nn.init.zeros_(layer.bias)

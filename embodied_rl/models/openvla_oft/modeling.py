@@ -57,6 +57,11 @@ class OpenVLAOFTModel(nn.Module):
         self.n_bins = arch.n_action_bins
         self.base_vocab_size = arch.base_vocab_size
 
+    def rebuild_buffers(self) -> None:
+        """Recreate non-persistent buffers (RoPE frequencies), which checkpoints do not hold, on the CPU."""
+        lm = self.language_model.model
+        lm.rotary_emb = type(lm.rotary_emb)(config=lm.config)
+
     @property
     def hidden_size(self) -> int:
         return self.arch.llm_hidden_size

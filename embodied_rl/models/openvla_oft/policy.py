@@ -17,10 +17,22 @@ from embodied_rl.models.base import BasePolicy, PolicyOutput
 from embodied_rl.models.openvla_oft import checkpoint as ckpt
 from embodied_rl.models.openvla_oft import lora
 from embodied_rl.models.openvla_oft import sampling as S
-from embodied_rl.models.openvla_oft.actions import STATS_NAME, ActionTokenizer, BoundsQ99, load_dataset_statistics, resolve_unnorm_key
-from embodied_rl.models.openvla_oft.arch_config import CheckpointError, OpenVLAArchConfig
+from embodied_rl.models.openvla_oft.actions import (
+    STATS_NAME,
+    ActionTokenizer,
+    BoundsQ99,
+    load_dataset_statistics,
+    resolve_unnorm_key,
+)
+from embodied_rl.models.openvla_oft.arch_config import (
+    CheckpointError,
+    OpenVLAArchConfig,
+)
 from embodied_rl.models.openvla_oft.heads import ProprioProjector, ValueHead
-from embodied_rl.models.openvla_oft.modeling import OpenVLAOFTModel, check_attn_implementation
+from embodied_rl.models.openvla_oft.modeling import (
+    OpenVLAOFTModel,
+    check_attn_implementation,
+)
 from embodied_rl.models.openvla_oft.processor import ImageTransform, PromptTokenizer
 from embodied_rl.models.registry import register_policy
 
@@ -222,10 +234,13 @@ class OpenVLAOFTPolicy(BasePolicy):
             raise CheckpointError(f"{path}/tokenizer.json not found; the checkpoint needs its fast-tokenizer files")
         # The generic fast tokenizer reads tokenizer.json directly: no AutoConfig lookup, no remote code.
         tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path))
-        policy = cls(model_cfg, arch, tokenizer, stats, checkpoint_norm_stats(path))
+        with torch.device("meta"):  # no random init of billions of weights: the checkpoint provides them
+            policy = cls(model_cfg, arch, tokenizer, stats, checkpoint_norm_stats(path))
         core = policy.vla
-        ckpt.load_exact(core, ckpt.read_state_dict(path), str(path))
+        ckpt.load_exact(core, ckpt.read_state_dict(path), str(path), assign=True)
+        core.rebuild_buffers()
         policy._load_components(path)
+        ckpt.check_materialized(policy)
         adapter_dir = model_cfg.lora_path or (path / lora.ADAPTER_DIR if (path / lora.ADAPTER_DIR).is_dir() else None)
         if adapter_dir is not None and not model_cfg.is_lora:
             raise ConfigError(f"{path} holds LoRA adapters ({lora.ADAPTER_DIR}/): set actor.model.is_lora=true, or load a merged export")
@@ -257,10 +272,12 @@ class OpenVLAOFTPolicy(BasePolicy):
     def _load_components(self, path: Path) -> None:
         for name in (VALUE_HEAD, PROPRIO_PROJECTOR):
             module = getattr(self, name)
-            found = ckpt.read_component(path, name)
             if module is None:
                 continue
+            found = ckpt.read_component(path, name)
             if found is None:  # e.g. a new critic on an SFT checkpoint
                 logger.warning("%s: no %s weights in the checkpoint, starting from a random init", path, name)
+                module.to_empty(device="cpu")
+                module.reset_parameters()
                 continue
-            ckpt.load_exact(module, found[0], found[1])
+            ckpt.load_exact(module, found[0], found[1], assign=True)

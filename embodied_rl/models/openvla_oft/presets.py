@@ -10,7 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from embodied_rl.errors import UserError
-from embodied_rl.models.openvla_oft.arch_config import DINOSIGLIP_TIMM_IDS, OpenVLAArchConfig
+from embodied_rl.models.openvla_oft.arch_config import (
+    DINOSIGLIP_TIMM_IDS,
+    OpenVLAArchConfig,
+)
 from embodied_rl.models.openvla_oft.tiny_tokenizer import build_tiny_tokenizer
 
 IDENTITY_KEY = "identity"
