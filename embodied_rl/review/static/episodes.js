@@ -117,7 +117,8 @@
           onkeydown: (e) => { if (e.key === "Enter") this.select(row, true); } }, [
           el("td", { className: "col-run", textContent: v.run_name }), el("td", { textContent: v.mode }),
           el("td", { textContent: v.global_step }), el("td", { textContent: ep.task_id || "—", title: ep.instruction || "" }),
-          el("td", { textContent: ep.env_index ?? "—" }), el("td", { textContent: ep.reset_id ?? "—" }),
+          el("td", { textContent: ep.env_index == null ? "—" : (v.env_worker == null ? "" : `w${v.env_worker} `) + `e${ep.env_index}`,
+            title: "env worker and env index inside that worker's video" }), el("td", { textContent: ep.reset_id ?? "—" }),
           el("td", { textContent: R.num(ep.return) }), el("td", { textContent: ep.length ?? "—" }),
           el("td", { className: "result " + outcome, textContent: R.outcomeLabel[outcome] }),
         ]);
