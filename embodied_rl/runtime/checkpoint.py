@@ -42,6 +42,8 @@ from embodied_rl.runtime.rng import capture_rng_state, restore_rng_state
 
 FORMAT = 1
 CKPT_DIR, LATEST, META, CONFIG, RUNNER_STATE, ACTOR_DIR = "checkpoints", "latest", "meta.json", "config.yaml", "runner_state.pt", "actor"
+#: Files of the actor part (written by ActorWorker.save_checkpoint on rank 0).
+ACTOR_WEIGHTS, ACTOR_OPTIM, ACTOR_STATE = "trainable.safetensors", "optimizer.pt", "actor_state.pt"
 
 
 class CheckpointError(UserError):
@@ -178,16 +180,19 @@ def _fsync_dir(path: Path) -> None:
 
 
 def export_policy(ckpt_dir: str | Path, model_cfg, out_dir: str | Path, *, merged: bool = True) -> Path:
-    """Write the checkpoint's policy in the official on-disk layout (on CPU, unsharded).
+    """Write a checkpoint's policy in the official on-disk layout (built on CPU, unsharded).
 
-    merged=True folds LoRA into the weights (loads with is_lora=false, no peft); False keeps
-    base weights + `lora_adapter/` via the policy's save_checkpoint.
+    model_cfg: the run's `actor.model` (base weights come from its model_path). merged=True
+    folds LoRA into the weights (loads with is_lora=false, no peft); False writes base
+    weights + `lora_adapter/` via the policy's save_checkpoint.
     """
     from safetensors.torch import load_file
 
     from embodied_rl.models import build_policy
 
-    weights = actor_dir(resolve_resume_dir(str(ckpt_dir), Path(ckpt_dir))) / "trainable.safetensors"
+    weights = actor_dir(ckpt_dir) / ACTOR_WEIGHTS
+    if not weights.is_file():
+        raise CheckpointError(f"{ckpt_dir}: no {ACTOR_DIR}/{ACTOR_WEIGHTS}; pass a checkpoints/global_step_N directory of a training run")
     policy = build_policy(model_cfg, device="cpu", dtype=torch.float32)
     policy.load_trainable_state_dict(load_file(str(weights)))
     out = Path(out_dir)

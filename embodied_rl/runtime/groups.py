@@ -1,0 +1,128 @@
+"""Builds the three worker groups of a run from the config (env, rollout, actor).
+
+Kept apart from the training loop so the loop reads as the algorithm: rollout ->
+advantages -> update -> weight sync. All placement and wiring decisions live here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import uuid
+from dataclasses import dataclass
+
+import ray
+
+from embodied_rl.config.schema import RootConfig
+from embodied_rl.errors import ConfigError
+from embodied_rl.runtime.channel import Channel
+from embodied_rl.runtime.worker_group import RayCluster, WorkerGroup
+from embodied_rl.workers.messages import SamplingSpec
+
+SETUP_TIMEOUT_S = 900.0
+
+
+def chunk_steps_per_epoch(cfg: RootConfig, mode: str) -> int:
+    """Chunk steps of one rollout epoch: one full episode horizon (ceil(max_episode_steps / C))."""
+    env_cfg = getattr(cfg.env, mode)
+    return math.ceil(env_cfg.max_episode_steps / cfg.actor.model.num_action_chunks)
+
+
+def sampling_specs(cfg: RootConfig) -> dict[str, SamplingSpec]:
+    sp = cfg.algorithm.sampling_params
+    top_k = sp.top_k or 0
+    return {
+        "train": SamplingSpec(do_sample=sp.do_sample, temperature=sp.temperature_train, top_k=top_k),
+        "eval": SamplingSpec(do_sample=sp.do_sample_eval, temperature=sp.temperature_eval, top_k=top_k),
+    }
+
+
+@dataclass
+class Groups:
+    cluster: RayCluster
+    channel: Channel
+    env: WorkerGroup
+    rollout: WorkerGroup
+    actor: WorkerGroup | None
+
+    def shutdown(self) -> None:
+        for group in (self.env, self.rollout, self.actor):
+            if group is not None:
+                group.shutdown()
+        self.channel.shutdown()
+        self.cluster.shutdown()
+
+
+def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs: dict[str, str]) -> Groups:
+    cluster = RayCluster.from_config(cfg.cluster)
+    try:
+        placement = cluster.placement(cfg.cluster.component_placement)
+        channel = Channel.create(cfg.env.channel.name, queue_size=cfg.env.channel.queue_size,
+                                 run_id=f"{run_name[:16]}-{uuid.uuid4().hex[:6]}")
+        n_env, n_rollout = placement["env"].num_processes, placement["rollout"].num_processes
+        _check_env_split(cfg, n_env, n_rollout)
+        rollout_model = dataclasses.replace(cfg.actor.model, model_path=cfg.rollout.model.model_path)
+        # Rollout workers register their consumer keys in __init__, before env workers send.
+        rollout = WorkerGroup(
+            _rollout_cls(), cluster, placement, "rollout", name=cfg.rollout.group_name,
+            args=(rollout_model, channel),
+            kwargs=dict(num_env_workers=n_env, pipeline_stage_num=cfg.rollout.pipeline_stage_num,
+                        sampling=sampling_specs(cfg), compute_values=cfg.algorithm.uses_critic,
+                        enable_offload=cfg.rollout.enable_offload, seed=cfg.runner.seed),
+        )
+        rollout.run("get_rng_state", timeout=SETUP_TIMEOUT_S)  # barrier: consumers registered
+        env_cfgs = {"eval": cfg.env.eval} if cfg.runner.only_eval else {"train": cfg.env.train, "eval": cfg.env.eval}
+        env = WorkerGroup(
+            _env_cls(), cluster, placement, "env", name=cfg.env.group_name,
+            args=(env_cfgs, channel),
+            kwargs=dict(num_rollout_workers=n_rollout, pipeline_stage_num=cfg.rollout.pipeline_stage_num,
+                        video_dirs=video_dirs, run_name=run_name),
+        )
+        actor = None
+        if with_actor:
+            actor = WorkerGroup(_actor_cls(), cluster, placement, "actor", name=cfg.actor.group_name, args=(cfg,))
+            addr, port = ray.get(actor.workers[0].get_master_address.remote())
+            actor.run("setup", addr, port, timeout=SETUP_TIMEOUT_S)
+        return Groups(cluster, channel, env, rollout, actor)
+    except BaseException:
+        cluster.shutdown()
+        raise
+
+
+def _check_env_split(cfg: RootConfig, n_env: int, n_rollout: int) -> None:
+    """The workers' own divisibility checks, run in the driver so errors are one line, not a dead actor."""
+    from embodied_rl.workers.env_worker import envs_per_worker, rollout_rank_of
+
+    rollout_rank_of(0, n_env, n_rollout)
+    for mode in ("eval",) if cfg.runner.only_eval else ("train", "eval"):
+        envs_per_worker(getattr(cfg.env, mode).total_num_envs, n_env, cfg.rollout.pipeline_stage_num, mode)
+
+
+def check_batch_fits(cfg: RootConfig) -> None:
+    """Fail before any worker starts when the rollout batch cannot be cut into minibatches."""
+    samples = cfg.env.train.total_num_envs * chunk_steps_per_epoch(cfg, "train") * cfg.algorithm.rollout_epoch
+    if samples % cfg.actor.global_batch_size:
+        raise ConfigError(
+            f"actor.global_batch_size={cfg.actor.global_batch_size} must divide the rollout batch: "
+            f"env.train.total_num_envs ({cfg.env.train.total_num_envs}) x chunk steps per epoch "
+            f"(ceil(max_episode_steps / num_action_chunks) = {chunk_steps_per_epoch(cfg, 'train')}) x "
+            f"algorithm.rollout_epoch ({cfg.algorithm.rollout_epoch}) = {samples}"
+        )
+
+
+# Imported lazily so `embodied-rl print-config` and friends never import torch/ray workers.
+def _env_cls():
+    from embodied_rl.workers.env_worker import EnvWorker
+
+    return EnvWorker
+
+
+def _rollout_cls():
+    from embodied_rl.workers.rollout_worker import RolloutWorker
+
+    return RolloutWorker
+
+
+def _actor_cls():
+    from embodied_rl.workers.actor_worker import ActorWorker
+
+    return ActorWorker

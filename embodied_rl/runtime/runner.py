@@ -1,0 +1,232 @@
+"""The training and evaluation loops over the worker groups.
+
+One training step:  rollout (env ∥ rollout workers, `rollout_epoch` times)
+                    -> advantages (driver, pure functions of the batch)
+                    -> update (actor group, FSDP2)
+                    -> weight sync (actor rank 0 -> rollout workers, trainable tensors only)
+Every rollout epoch starts fresh episodes from seeded reset ids, so a checkpoint taken between
+steps holds everything a resumed run needs (weights, optimizer, scheduler, RNG streams, reward
+statistics): the continued run matches an uninterrupted one.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from embodied_rl.algorithms import RunningRewardStats, compute_advantages
+from embodied_rl.config.loader import to_yaml
+from embodied_rl.config.schema import RootConfig
+from embodied_rl.runtime import checkpoint as ckpt
+from embodied_rl.runtime.groups import Groups, build_groups, check_batch_fits, chunk_steps_per_epoch
+from embodied_rl.runtime.metrics_logger import MetricsLogger
+from embodied_rl.runtime.rng import seed_everything
+from embodied_rl.workers.messages import Trajectory, concat_trajectories
+
+log = logging.getLogger(__name__)
+
+
+class EmbodiedRunner:
+    def __init__(self, cfg: RootConfig) -> None:
+        self.cfg = cfg
+        self.run_dir = Path(cfg.runner.logger.log_path)
+        self.run_name = cfg.runner.experiment_name
+        self.global_step = 0
+        self.version = 0
+        self.reward_stats = RunningRewardStats() if cfg.algorithm.reward_norm == "running" else None
+        self.groups: Groups | None = None
+
+    # ------------------------------------------------------------------ set-up
+    def setup(self) -> None:
+        cfg = self.cfg
+        if not cfg.runner.only_eval:
+            check_batch_fits(cfg)
+        seed_everything(cfg.runner.seed)
+        video_dirs = {"train": cfg.env.train.video_cfg.video_base_dir, "eval": cfg.env.eval.video_cfg.video_base_dir}
+        self.groups = build_groups(cfg, with_actor=not cfg.runner.only_eval, run_name=self.run_name, video_dirs=video_dirs)
+        if cfg.runner.resume_dir:
+            self._resume(cfg.runner.resume_dir)
+        elif cfg.runner.ckpt_path:
+            self._load_weights(cfg.runner.ckpt_path)
+
+    def _resume(self, resume_dir: str) -> None:
+        path = ckpt.resolve_resume_dir(resume_dir, self.run_dir)
+        state = ckpt.load_runner_state(path)
+        self.version = self.groups.actor.run("load_checkpoint", str(ckpt.actor_dir(path)))[0]
+        self.global_step = state.global_step
+        extra = state.extra
+        if self.reward_stats is not None and "reward_stats" in extra:
+            self.reward_stats.load_state_dict(extra["reward_stats"])
+        for worker, rng in zip(self.groups.rollout.workers, extra.get("rollout_rng", [])):
+            worker.set_rng_state.remote(rng)
+        self._sync_weights()
+        log.info("resumed from %s at global step %d (weight version %d)", path, self.global_step, self.version)
+
+    def _load_weights(self, path: str) -> None:
+        """runner.ckpt_path (eval only): the trainable weights of a training checkpoint."""
+        sd, version = ckpt.load_trainable_weights(path, self.run_dir)
+        self.version = version
+        self.groups.rollout.run("update_weights", sd, version)
+
+    # ------------------------------------------------------------------ phases
+    def rollout(self, mode: str) -> tuple[Trajectory | None, dict[str, float]]:
+        """One rollout epoch on env.<mode>: env workers step while rollout workers infer."""
+        g, steps = self.groups, chunk_steps_per_epoch(self.cfg, mode)
+        env_refs = g.env.call("interact", steps, mode, global_step=self.global_step, checkpoint_step=self.version)
+        roll_refs = g.rollout.call("generate", steps, mode)
+        env_out, roll_out = g.env.gather(env_refs), g.rollout.gather(roll_refs)
+        metrics = _merge_env_metrics(env_out, prefix="env" if mode == "train" else "eval")
+        for key in roll_out[0][1]:
+            metrics[key] = max(r[1][key] for r in roll_out)  # wall time of the slowest worker
+        traj = concat_trajectories([r[0] for r in roll_out]) if mode == "train" else None
+        return traj, metrics
+
+    def train_step(self) -> dict[str, float]:
+        cfg, times, metrics = self.cfg, {}, {}
+        t0 = time.perf_counter()
+        trajs = []
+        for _ in range(cfg.algorithm.rollout_epoch):
+            traj, m = self.rollout("train")
+            trajs.append(traj)
+            for k, v in m.items():
+                metrics[k] = metrics.get(k, 0.0) + v / cfg.algorithm.rollout_epoch
+        times["time/rollout_s"] = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        # Rollout epochs join along the env axis (whole GRPO groups stay together).
+        batch = concat_trajectories(trajs).to_batch()
+        adv = compute_advantages(cfg.algorithm, batch, action_dim=cfg.actor.model.action_dim,
+                                 auto_reset=cfg.env.train.auto_reset, reward_stats=self.reward_stats)
+        batch.update(adv)
+        metrics.update(_rollout_stats(batch))
+        times["time/advantages_s"] = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        train_metrics = self.groups.actor.run("train_step", ray.put(_actor_batch(batch)))[0]
+        times["time/train_s"] = time.perf_counter() - t2
+        t3 = time.perf_counter()
+        self._sync_weights()
+        times["time/weight_sync_s"] = time.perf_counter() - t3
+        times["time/step_s"] = time.perf_counter() - t0
+        env_busy = metrics.get("time/env/step_s", 0.0)
+        infer = metrics.get("time/rollout/infer_s", 0.0)
+        if times["time/rollout_s"] > 0:
+            times["time/env_utilisation"] = env_busy / times["time/rollout_s"]
+            times["time/rollout_utilisation"] = infer / times["time/rollout_s"]
+        return {**metrics, **train_metrics, **times}
+
+    def _sync_weights(self) -> None:
+        results = self.groups.actor.run("get_trainable_state_dict")
+        sd, version = results[0]
+        self.groups.rollout.run("update_weights", sd, version)
+        self.version = version
+
+    def evaluate(self) -> dict[str, float]:
+        t0 = time.perf_counter()
+        _, metrics = self.rollout("eval")
+        metrics["time/eval_s"] = time.perf_counter() - t0
+        return metrics
+
+    # ------------------------------------------------------------------ loops
+    def train(self) -> int:
+        cfg = self.cfg.runner
+        with MetricsLogger(cfg.logger, self.run_dir, total_steps=cfg.max_steps, start_step=self.global_step,
+                           config=_plain(self.cfg)) as logger:
+            try:
+                while self.global_step < cfg.max_steps:
+                    metrics = self.train_step()
+                    self.global_step += 1
+                    if cfg.val_check_interval > 0 and self.global_step % cfg.val_check_interval == 0:
+                        metrics.update(self.evaluate())
+                    logger.log(self.global_step, metrics)
+                    if cfg.save_interval > 0 and self.global_step % cfg.save_interval == 0:
+                        self.save()
+            except KeyboardInterrupt:
+                log.warning("interrupted: saving a checkpoint at global step %d", self.global_step)
+                if self.global_step > 0:
+                    self.save()
+                return 130
+            if self.global_step > 0:
+                self.save()
+        return 0
+
+    def eval_only(self) -> int:
+        with MetricsLogger(self.cfg.runner.logger, self.run_dir, total_steps=1, config=_plain(self.cfg)) as logger:
+            metrics = self.evaluate()
+            logger.log(self.global_step, metrics)
+        return 0
+
+    def save(self) -> Path:
+        extra: dict[str, Any] = {"rollout_rng": self.groups.rollout.run("get_rng_state")}
+        if self.reward_stats is not None:
+            extra["reward_stats"] = self.reward_stats.state_dict()
+        with ckpt.checkpoint_writer(self.run_dir, self.global_step) as tmp:
+            self.groups.actor.run("save_checkpoint", str(ckpt.actor_dir(tmp)))
+            ckpt.write_runner_state(tmp, global_step=self.global_step, weight_version=self.version,
+                                    config_yaml=to_yaml(self.cfg), extra=extra)
+        path = ckpt.latest_checkpoint(self.run_dir)
+        log.info("checkpoint: %s", path)
+        return path
+
+    def close(self) -> None:
+        if self.groups is not None:
+            for refs in (self.groups.env.call("close"), self.groups.rollout.call("close")):
+                try:
+                    self.groups.env.gather(refs, timeout=120)
+                except Exception as err:  # shutting down: report, keep releasing the rest
+                    log.warning("worker close failed: %s", err)
+            self.groups.shutdown()
+            self.groups = None
+
+
+ACTOR_KEYS = ("forward_inputs", "action_tokens", "logprobs", "advantages", "loss_mask", "returns", "value_mask")
+
+
+def _actor_batch(batch: dict) -> dict:
+    """What the actor trains on (workers/actor_batch.py): T rows of values, not the T+1 bootstrap row."""
+    out = {k: batch[k] for k in ACTOR_KEYS if k in batch}
+    if "values" in batch:
+        out["values"] = batch["values"][:-1]
+    return out
+
+
+def _merge_env_metrics(parts: list[dict[str, float]], prefix: str) -> dict[str, float]:
+    """Episode-weighted means over env workers; time/* as the slowest worker's."""
+    out: dict[str, float] = {}
+    total = sum(p.get("env/num_trajectories", 0.0) for p in parts)
+    for key in {k for p in parts for k in p}:
+        vals = [p[key] for p in parts if key in p]
+        if key.startswith("time/"):
+            out[key] = max(vals)
+        elif key == "env/num_trajectories":
+            out[f"{prefix}/num_trajectories"] = total
+        elif total:
+            weights = [p.get("env/num_trajectories", 0.0) for p in parts if key in p]
+            out[f"{prefix}/{key.split('/', 1)[1]}"] = sum(v * w for v, w in zip(vals, weights)) / max(sum(weights), 1e-9)
+    return out
+
+
+def _rollout_stats(batch: dict) -> dict[str, float]:
+    mask = batch["loss_mask"].float()
+    denom = mask.sum().clamp_min(1.0)
+    out = {
+        "rollout/reward_per_step": float(batch["rewards"].float().mean()),
+        "rollout/logprob_mean": float((batch["old_logprobs"] * mask).sum() / denom),
+        "rollout/advantage_mean": float((batch["advantages"] * mask).sum() / denom),
+        "rollout/valid_token_fraction": float(mask.mean()),
+    }
+    if "values" in batch:
+        out["rollout/value_mean"] = float(batch["values"].float().mean())
+    if "returns" in batch:
+        out["rollout/return_target_mean"] = float(batch["returns"].float().mean())
+    return out
+
+
+def _plain(cfg: RootConfig) -> dict:
+    from embodied_rl.config.loader import to_dict
+
+    return to_dict(cfg)
+
+
+__all__ = ["EmbodiedRunner"]

@@ -1,0 +1,46 @@
+"""`embodied-rl train` / `embodied-rl eval`: the entry the CLI dispatches to with a validated config."""
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from embodied_rl.config.schema import RootConfig
+from embodied_rl.errors import ConfigError, UserError
+
+
+def ensure_model(cfg: RootConfig) -> None:
+    """Create the model from `actor.model.create_preset` on first use; otherwise it must exist."""
+    m = cfg.actor.model
+    paths = {m.model_path, cfg.rollout.model.model_path}
+    missing = [p for p in paths if not (Path(p) / "config.json").is_file()]
+    if not missing:
+        return
+    preset = m.create_preset
+    if preset is None:
+        raise UserError(
+            f"actor.model.model_path={missing[0]}: no checkpoint there (no config.json); create one with "
+            f"`embodied-rl make-model tiny {missing[0]}` or set actor.model.create_preset=tiny"
+        )
+    from embodied_rl.models.cli import make_model_main
+
+    for path in missing:
+        print(f"creating the {preset.name} preset at {path} (actor.model.create_preset)", file=sys.stderr)
+        make_model_main([preset.name, path, "--image-size", str(preset.image_size),
+                         "--num-images", str(m.num_images_in_input), "--action-dim", str(m.action_dim),
+                         "--seed", str(cfg.runner.seed)])
+
+
+def main(cfg: RootConfig) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if cfg.runner.ckpt_path and not cfg.runner.only_eval:
+        raise ConfigError("runner.ckpt_path loads weights for evaluation only; to continue training use runner.resume_dir")
+    ensure_model(cfg)
+    from embodied_rl.runtime.runner import EmbodiedRunner
+
+    runner = EmbodiedRunner(cfg)
+    try:
+        runner.setup()
+        return runner.eval_only() if cfg.runner.only_eval else runner.train()
+    finally:
+        runner.close()
