@@ -110,6 +110,9 @@ def stop(proc: subprocess.Popen) -> None:
 
 def launch_chromium(playwright, user_data_dir: Path):
     """Debian's Chromium, headless, fresh profile (no network services)."""
+    if not os.path.exists(CHROMIUM):
+        raise RuntimeError(f"{CHROMIUM} not found: install Debian's chromium (apt-get install -y chromium); "
+                           "the test set-up does this")
     return playwright.chromium.launch_persistent_context(
         str(user_data_dir), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
         viewport={"width": 1400, "height": 900})

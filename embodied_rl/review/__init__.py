@@ -1,0 +1,1 @@
+"""`embodied-rl review`: a local web page over run directories (see docs/REVIEW.md)."""

@@ -3,6 +3,7 @@
 (function (R) {
   const el = R.el;
   const $ = (id) => document.getElementById(id);
+  const PAGE = 500;
 
   R.Episodes = class {
     constructor(app) {
@@ -107,10 +108,12 @@
       });
     }
 
-    render() {
+    render(keepLimit) {
       this.visible = this.sorted(this.rows.filter((r) => this.matches(r)));
+      // Long runs hold tens of thousands of episodes: build the DOM in pages.
+      if (!keepLimit) this.limit = PAGE;
       const trs = [];
-      for (const row of this.visible) {
+      for (const row of this.visible.slice(0, this.limit)) {
         const v = row.video, ep = row.ep || {}, outcome = R.outcome(row.ep);
         const tr = el("tr", { className: "episode" + (row.id === this.selected ? " selected" : ""),
           tabIndex: 0, dataset: { id: row.id, outcome: outcome }, onclick: () => this.select(row, true),
@@ -130,6 +133,12 @@
             el("td", { colSpan: 9 }, warnings.map((w) => el("div", { className: "warning", textContent: "⚠ " + w }))),
           ]));
         }
+      }
+      const more = this.visible.length - this.limit;
+      if (more > 0) {
+        trs.push(el("tr", { className: "more-row" }, [el("td", { colSpan: 9 }, [el("button", {
+          type: "button", id: "show-more", textContent: `Show ${Math.min(more, PAGE)} more of ${more}`,
+          onclick: () => { this.limit += PAGE; this.render(true); } })])]));
       }
       this.tbody.replaceChildren(...trs);
       $("empty").hidden = this.visible.length > 0;
@@ -151,6 +160,7 @@
       const i = this.visible.findIndex((r) => r.id === this.selected);
       if (e.key === "j" || e.key === "k") {
         const next = this.visible[Math.min(Math.max(i + (e.key === "j" ? 1 : -1), 0), this.visible.length - 1)];
+        if (next && this.visible.indexOf(next) >= this.limit) { this.limit += PAGE; this.render(true); }
         this.select(next, true);
         const tr = this.tbody.querySelector(`tr.selected`);
         if (tr) tr.scrollIntoView({ block: "nearest" });
