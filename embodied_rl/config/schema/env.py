@@ -13,7 +13,7 @@ from typing import Any
 class VideoConfig:
     save_video: bool = field(default=False, metadata={"help": "Record mp4 videos of the rollouts (sub-envs tiled in a grid)."})
     info_on_video: bool = field(default=True, metadata={"help": "Overlay step, reward, success and instruction on each tile."})
-    video_base_dir: str = field(default="${runner.logger.log_path}/video/train", metadata={"help": "Directory the videos and their JSON sidecars are written to."})
+    video_base_dir: str = field(default="${runner.logger.log_path}/video/train", metadata={"help": "Videos go to <dir>/step_<global_step:06d>/worker<w>_stage<s>.mp4, each with a JSON sidecar (.json) listing its episodes."})
     fps: int = field(default=20, metadata={"help": "Frame rate of the written videos."})
 
 
@@ -47,13 +47,13 @@ class SubprocConfig:
 class EnvConfig:
     env_type: str = field(default="???", metadata={"help": "Simulator backend: maniskill | libero."})
     total_num_envs: int | None = field(default=None, metadata={"help": "Sub-envs over all env workers (null = set by the experiment)."})
-    auto_reset: bool = field(default=False, metadata={"help": "Reset a sub-env as soon as its episode ends, keeping the final observation for bootstrapping."})
-    ignore_terminations: bool = field(default=False, metadata={"help": "Run every episode to max_episode_steps; success is then reported as success_at_end/success_once."})
-    use_fixed_reset_state_ids: bool = field(default=False, metadata={"help": "Reset from reset ids drawn from `seed`, shared by the group_size members of a group (GRPO)."})
-    group_size: int = field(default=1, metadata={"help": "Sub-envs per group sharing a reset state."})
-    seed: int = field(default=0, metadata={"help": "Seed of the reset-id stream and the simulators."})
-    max_episode_steps: int = field(default=50, metadata={"help": "Env steps after which an episode is truncated."})
-    use_rel_reward: bool = field(default=False, metadata={"help": "Pay the difference of successive rewards, so a held success is paid once."})
+    auto_reset: bool = field(default=False, metadata={"help": "Reset a sub-env right after its episode ends, also inside a chunk (the rest of the chunk then runs in the new episode); the terminal observation is returned as final_obs for bootstrapping. Off: the sub-env stays done (not stepped, zero reward, active_mask false) until the next rollout epoch."})
+    ignore_terminations: bool = field(default=False, metadata={"help": "Ignore the simulator's terminations (success): every episode runs to max_episode_steps; success_once/success_at_end are still reported. A crashed sub-env still ends its episode (as a failure)."})
+    use_fixed_reset_state_ids: bool = field(default=False, metadata={"help": "Draw reset ids per group of group_size consecutive sub-envs, so a group shares its initial state (GRPO); off: per sub-env. Ids are reproducible: drawn from (seed, env worker/stage offset, rollout epoch, group, episode)."})
+    group_size: int = field(default=1, metadata={"help": "Sub-envs per group sharing a reset state; must divide each env worker stage's sub-envs; > 1 needs use_fixed_reset_state_ids."})
+    seed: int = field(default=0, metadata={"help": "Seed of the reset-id stream (combined with the env worker/stage offset) and of the simulators."})
+    max_episode_steps: int = field(default=50, metadata={"help": "Env steps after which an episode is truncated (the simulator's own time limit is ignored)."})
+    use_rel_reward: bool = field(default=False, metadata={"help": "Pay r_t - r_(t-1) within an episode (after reward_coef), so a held success is paid once."})
     reward_coef: float = field(default=1.0, metadata={"help": "Multiplier of the simulator reward."})
     task_description: str = field(default="", metadata={"help": "Instruction given to the policy (ManiSkill tasks carry none)."})
     video_cfg: VideoConfig = field(default_factory=VideoConfig)
