@@ -43,7 +43,10 @@ def test_export_is_self_contained(run_dir, tmp_path):
     assert (site / "static" / "main.js").is_file() and not (site / "static" / "index.html").exists()
     # Nothing from outside the run came along (the symlinked secret is excluded).
     assert not any("TOPSECRET" in p.read_text(errors="ignore") for p in site.rglob("*") if p.is_file())
-    assert (site / "files" / "0" / "metrics.jsonl").is_file() is False  # only what the page links
+    # Exactly the files the page links (videos, sidecars, config), nothing else of the run.
+    linked = {s["url"] for v in data["videos"] for s in v["sources"]}
+    linked |= {v["sidecar_url"] for v in data["videos"] if v["sidecar_url"]} | {data["runs"][0]["config_url"]}
+    assert {p.relative_to(site).as_posix() for p in (site / "files").rglob("*") if p.is_file()} == linked
     # Exporting again over a previous export replaces it.
     assert main([str(run_dir), "--export", str(site)]) == 0
 
