@@ -114,7 +114,7 @@ def test_greedy_is_deterministic_and_the_mode(policy):
     with torch.no_grad():
         a = policy.predict(inputs, do_sample=False, temperature=1.0, top_k=0)
         b = policy.predict(inputs, do_sample=False, temperature=1.0, top_k=0)
-        logits, _ = policy.vla(inputs["input_ids"], inputs["attention_mask"], inputs["pixel_values"], 56, None, True)
+        logits, _ = policy.vla(inputs["input_ids"], inputs["attention_mask"], policy.pixel_values(inputs), 56, None, True)
     assert torch.equal(a.action_tokens, b.action_tokens) and torch.equal(a.actions, b.actions)
     assert torch.equal(a.action_tokens, logits.argmax(-1))
     # Greedy still reports the log-prob of the chosen token (the maximum one).

@@ -28,7 +28,7 @@ def obs(n: int = 2) -> EnvObservation:
 
 def logits_values(policy, inputs):
     with torch.no_grad():
-        return policy.vla(inputs["input_ids"], inputs["attention_mask"], inputs["pixel_values"],
+        return policy.vla(inputs["input_ids"], inputs["attention_mask"], policy.pixel_values(inputs),
                           policy.model_cfg.num_action_tokens, None, policy.model_cfg.append_stop_token)
 
 
@@ -64,7 +64,7 @@ def test_later_action_slot_changes_earlier_readout(ckpt):
     core, t = policy.vla, policy.model_cfg.num_action_tokens
     inputs = policy.prepare_inputs(obs())
     with torch.no_grad():
-        embeds, mask = core.build_sequence(inputs["input_ids"], inputs["attention_mask"], inputs["pixel_values"], t, None, True)
+        embeds, mask = core.build_sequence(inputs["input_ids"], inputs["attention_mask"], policy.pixel_values(inputs), t, None, True)
         base_logits, base_hidden = core.decode_actions(embeds, mask, t, True)
         changed = embeds.clone()
         changed[:, -2] += 1.0  # the last action slot (position -1 is </s>)

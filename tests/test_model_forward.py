@@ -51,7 +51,8 @@ def test_full_finetune_forward_backward_shapes_and_grads(ckpt):
     assert out.action_tokens.shape == (2, 14) and out.action_tokens.dtype == torch.int64
     assert out.logprobs.shape == out.entropy.shape == (2, 14)
     assert out.values.shape == (2, 2)  # action_level: one value per action of the chunk
-    assert set(out.forward_inputs) == {"input_ids", "attention_mask", "pixel_values", "proprio"}
+    assert set(out.forward_inputs) == {"input_ids", "attention_mask", "images", "proprio"}
+    assert out.forward_inputs["images"].dtype == torch.uint8 and out.forward_inputs["images"].shape == (2, 6, IMG, IMG)
     loss_of(policy, obs).backward()
     grads = {n: p.grad for n, p in policy.named_parameters()}
     for name in ("value_head.head_l1.weight", "proprio_projector.fc1.weight", "vla.projector.fc1.weight",

@@ -77,8 +77,9 @@ def test_merge_and_export_equals_adapted_model(tiny, tmp_path):
     torch.testing.assert_close(b.logprobs, a.logprobs, atol=1e-5, rtol=0)
     torch.testing.assert_close(b.values, a.values, atol=1e-5, rtol=0)
     with torch.no_grad():
-        la, _ = policy.vla(*(policy.prepare_inputs(_obs())[k] for k in ("input_ids", "attention_mask", "pixel_values")), 14, None, True)
-        lb, _ = merged.vla(*(merged.prepare_inputs(_obs())[k] for k in ("input_ids", "attention_mask", "pixel_values")), 14, None, True)
+        inputs = policy.prepare_inputs(_obs())
+        la, _ = policy.vla(inputs["input_ids"], inputs["attention_mask"], policy.pixel_values(inputs), 14, None, True)
+        lb, _ = merged.vla(inputs["input_ids"], inputs["attention_mask"], merged.pixel_values(inputs), 14, None, True)
     torch.testing.assert_close(lb, la, atol=1e-5, rtol=0)
     # The policy keeps its adapters after exporting.
     assert any("lora_" in n for n, _ in policy.named_parameters())

@@ -30,7 +30,8 @@ class PolicyOutput:
     logprobs:       float32 [B, C*A] log pi(token) under the processed (temperature, top-k) distribution.
     entropy:        float32 [B, C*A] entropy of each token's processed distribution.
     values:         float32 [B, 1] (chunk_level) or [B, C] (action_level); None without a value head.
-    forward_inputs: batch-first tensors that re-score the tokens with evaluate_actions.
+    forward_inputs: batch-first tensors that re-score the tokens with evaluate_actions
+                    (OpenVLA-OFT: input_ids, attention_mask, images uint8, [proprio]).
     """
 
     actions: torch.Tensor

@@ -72,7 +72,8 @@ def _place(module: nn.Module, device: torch.device, dtype: torch.dtype) -> nn.Mo
 
 @register_policy("openvla_oft")
 class OpenVLAOFTPolicy(BasePolicy):
-    """Inputs (batch-first): input_ids/attention_mask int64 [B, L], pixel_values float [B, 6*N_img, S, S], proprio float [B, D]."""
+    """Inputs (batch-first): input_ids/attention_mask int64 [B, L] (left-padded, BOS first),
+    images uint8 [B, 3*N_img, S, S] (resized cameras, normalised inside forward), proprio float32 [B, D] (normalised)."""
 
     def __init__(self, model_cfg: ModelConfig, arch: OpenVLAArchConfig, tokenizer: Any, stats: dict[str, Any],
                  image_norm: tuple[list, list] | None = None) -> None:
@@ -107,6 +108,8 @@ class OpenVLAOFTPolicy(BasePolicy):
     # ----------------------------------------------------------------- inputs
     def prepare_inputs(self, obs: EnvObservation) -> dict[str, torch.Tensor]:
         n_img = self.model_cfg.num_images_in_input
+        if len(obs.task_descriptions) != obs.num_envs:
+            raise ValueError(f"EnvObservation has {obs.num_envs} images but {len(obs.task_descriptions)} task descriptions")
         images = [obs.main_images]
         if n_img >= 2:
             if obs.wrist_images is None:
@@ -118,7 +121,7 @@ class OpenVLAOFTPolicy(BasePolicy):
         out = {
             "input_ids": input_ids,
             "attention_mask": attention_mask,
-            "pixel_values": torch.cat([self.image_transform(im) for im in images], dim=1),
+            "images": torch.cat([self.image_transform(im) for im in images], dim=1),
         }
         if self.proprio_norm is not None:
             states = torch.as_tensor(obs.states, dtype=torch.float32)
@@ -128,6 +131,11 @@ class OpenVLAOFTPolicy(BasePolicy):
         return out
 
     # ---------------------------------------------------------------- forward
+    def pixel_values(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The official pixel_values float [B, 6*N_img, S, S] from the stored uint8 images."""
+        dev = next(self.vla.parameters()).device
+        return self.image_transform.normalize(inputs["images"].to(dev))
+
     def _logits_and_values(self, inputs: dict[str, torch.Tensor], compute_values: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         dev = next(self.vla.parameters()).device
         extra = None
@@ -137,7 +145,7 @@ class OpenVLAOFTPolicy(BasePolicy):
             proj_dtype = self.proprio_projector.fc1.weight.dtype
             extra = self.proprio_projector(inputs["proprio"].to(dev, proj_dtype)).unsqueeze(1)
         logits, hidden = self.vla(
-            inputs["input_ids"].to(dev), inputs["attention_mask"].to(dev), inputs["pixel_values"].to(dev),
+            inputs["input_ids"].to(dev), inputs["attention_mask"].to(dev), self.pixel_values(inputs),
             self.model_cfg.num_action_tokens, extra, self.model_cfg.append_stop_token,
         )
         values = None

@@ -1,8 +1,9 @@
 """Processor: EnvObservation -> model inputs (pixel_values, prompt ids, proprio).
 
 Images: uint8 HWC -> optional OFT centre crop (90% of the area) -> resize to the model
-size (bicubic, antialiased) -> one normalisation per vision tower, stacked on channels
-(DINOv2 first, then SigLIP) -> cameras concatenated on channels (third-person, wrist).
+size (bicubic, antialiased, kept uint8) -> cameras concatenated on channels (third-person,
+wrist); in the forward pass, one normalisation per vision tower, stacked on channels per
+camera (DINOv2 first, then SigLIP), giving the official 6-channels-per-image pixel values.
 Prompts: the OFT template, tokenised with BOS, '▁' appended, left-padded to a fixed
 length with BOS moved to index 0, so batches from different steps stack.
 """
@@ -26,7 +27,12 @@ def prompt_for(instruction: str) -> str:
 
 
 class ImageTransform:
-    """uint8 [N, H, W, 3] -> float [N, 3*len(means), S, S]."""
+    """Camera frames -> model-size uint8 images, and uint8 images -> per-tower normalised floats.
+
+    The two steps are split so rollouts store uint8 images (8x smaller than the 6-channel float
+    pixel values) and the normalisation runs inside the forward pass, as in the official
+    processor (resize in uint8, then normalise).
+    """
 
     def __init__(self, image_size: int, means: Sequence[Sequence[float]], stds: Sequence[Sequence[float]], center_crop: bool) -> None:
         self.image_size = int(image_size)
@@ -35,10 +41,11 @@ class ImageTransform:
         self.center_crop = center_crop
 
     def __call__(self, images: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """uint8 [N, H, W, 3] -> uint8 [N, 3, S, S] (optional OFT centre crop, bicubic antialiased resize)."""
         x = torch.as_tensor(np.ascontiguousarray(images) if isinstance(images, np.ndarray) else images)
         if x.dtype != torch.uint8 or x.ndim != 4 or x.shape[-1] != 3:
             raise ValueError(f"images must be uint8 [N, H, W, 3], got {tuple(x.shape)} {x.dtype}")
-        x = x.permute(0, 3, 1, 2).float() / 255.0
+        x = x.permute(0, 3, 1, 2)
         if self.center_crop:
             # Same crop as OFT's random-crop training augmentation at evaluation: sqrt(0.9) of each side.
             h, w = x.shape[-2:]
@@ -46,10 +53,17 @@ class ImageTransform:
             top, left = (h - ch) // 2, (w - cw) // 2
             x = x[..., top: top + ch, left: left + cw]
         if tuple(x.shape[-2:]) != (self.image_size, self.image_size):
-            x = F.interpolate(x, size=(self.image_size, self.image_size), mode="bicubic", antialias=True, align_corners=False)
-            x = x.clamp(0.0, 1.0)
-        x = (x.unsqueeze(0) - self.means) / self.stds  # [towers, N, 3, S, S]
-        return torch.cat(list(x), dim=1)
+            y = F.interpolate(x.float(), size=(self.image_size, self.image_size), mode="bicubic", antialias=True, align_corners=False)
+            x = y.round().clamp(0, 255).to(torch.uint8)
+        return x.contiguous()
+
+    def normalize(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 [B, 3*N_img, S, S] -> float32 [B, 3*towers*N_img, S, S]: per camera, one normalised copy per tower."""
+        b, c, h, w = images.shape
+        x = images.float().div(255.0).view(b, c // 3, 1, 3, h, w)  # [B, cams, 1, 3, S, S]
+        means = self.means.to(images.device).view(1, 1, -1, 3, 1, 1)
+        stds = self.stds.to(images.device).view(1, 1, -1, 3, 1, 1)
+        return ((x - means) / stds).reshape(b, -1, h, w)
 
 
 class PromptTokenizer:
