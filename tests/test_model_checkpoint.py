@@ -78,7 +78,7 @@ def write_official_checkpoint(d: Path) -> tuple[dict[str, torch.Tensor], list[to
                "module.fc2.weight": torch.randn(64, 64), "module.fc2.bias": torch.randn(64)}
     torch.save(proprio, d / "proprio_projector--5000_checkpoint.pt")
     sd.update({f"proprio::{k}": v for k, v in proprio.items()})
-    return sd, towers
+    return sd, towers + [llm.eval()]
 
 
 @pytest.fixture(scope="module")
@@ -100,12 +100,40 @@ def test_official_layout_loads_with_every_tensor_in_place(official):
     # The towers compute what the independently built timm models compute (second-to-last block, no prefix tokens).
     x = torch.randn(1, 3, IMG, IMG)
     with torch.no_grad():
-        for ours, ref in zip(policy.vla.vision_backbone.towers, towers):
+        for ours, ref in zip(policy.vla.vision_backbone.towers, towers[:2]):
             expected = ref.get_intermediate_layers(x, n={1})[0]
             torch.testing.assert_close(policy.vla.vision_backbone._features(ours, x), expected)
         out = policy.predict(policy.prepare_inputs(_obs()), do_sample=False)
     # Gripper dim is masked out of the statistics: it stays a bin centre in [-1, 1].
     assert out.actions[..., :6].abs().max() <= 0.1 + 1e-6 and out.actions[..., 6].abs().max() <= 1.0
+
+
+def test_matches_a_hand_built_official_forward(official):
+    """Oracle: the reference layout without padding, [BOS, patches, prompt[1:], '▁', 56 zero slots, </s>],
+    full attention, positions 0..S-1, logits read at the 56 positions before each slot."""
+    d, sd, (dino, siglip, llm) = official
+    policy = build_policy(ModelConfig(model_path=str(d), unnorm_key="bridge_orig", max_prompt_length=48))
+    obs = _obs()
+    inputs = policy.prepare_inputs(obs)
+    with torch.no_grad():
+        ours, _ = policy.vla(inputs["input_ids"], inputs["attention_mask"], policy.pixel_values(inputs), 56, None, True)
+        pv = policy.pixel_values(inputs)
+        for i, text in enumerate(obs.task_descriptions):
+            img = pv[i: i + 1]
+            feats = torch.cat([dino.get_intermediate_layers(img[:, :3], n={1})[0], siglip.get_intermediate_layers(img[:, 3:], n={1})[0]], -1)
+            gelu = torch.nn.functional.gelu
+            h = gelu(torch.nn.functional.linear(feats, sd["projector.fc1.weight"], sd["projector.fc1.bias"]))
+            h = gelu(torch.nn.functional.linear(h, sd["projector.fc2.weight"], sd["projector.fc2.bias"]))
+            patches = torch.nn.functional.linear(h, sd["projector.fc3.weight"], sd["projector.fc3.bias"])
+            ids = torch.tensor(policy.prompt_tokenizer.encode(text))
+            emb = llm.get_input_embeddings()
+            seq = torch.cat([emb(ids[:1])[None], patches, emb(ids[1:])[None], torch.zeros(1, 56, 64), emb(torch.tensor([[2]]))], 1)
+            s_len = seq.shape[1]
+            full = torch.zeros(1, 1, s_len, s_len)  # additive mask with nothing masked = bidirectional
+            logits = llm(inputs_embeds=seq, attention_mask=full, position_ids=torch.arange(s_len)[None]).logits
+            start = patches.shape[1] + len(ids) - 1  # the '▁' position predicts slot 0
+            ref = logits[0, start: start + 56, V - 256: V]
+            torch.testing.assert_close(ours[i], ref, atol=1e-5, rtol=1e-5)
 
 
 def test_missing_tensor_is_named(official, tmp_path):
