@@ -124,7 +124,8 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 @pytest.fixture(scope="session")
 def actor_hosts(ray_session):
-    hosts = [ray.remote(num_cpus=1)(Host).remote() for _ in range(2)]
+    # max_restarts: a group whose test failed mid-collective is killed and comes back fresh.
+    hosts = [ray.remote(num_cpus=1, max_restarts=-1)(Host).remote() for _ in range(2)]
     yield hosts
     for h in hosts:
         ray.kill(h)
@@ -150,5 +151,9 @@ class ActorGroup:
     def __enter__(self) -> ActorGroup:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def __exit__(self, exc_type, *exc: object) -> None:
+        if exc_type is None:
+            self.stop()
+        else:  # other ranks may be blocked in a collective the failed rank never joined
+            for h in self.hosts:
+                ray.kill(h, no_restart=False)

@@ -140,8 +140,11 @@ def full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer
 
 def load_full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer, optim_sd: dict) -> None:
     """Load a rank-0 full optimizer state dict (keyed by parameter name) into the sharded
-    optimizer; rank 0 broadcasts, so a run may resume on a different actor world size. Collective."""
-    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    optimizer; rank 0 broadcasts, so a run may resume on a different actor world size. Collective.
+
+    Not strict: a trainable parameter that never received a gradient (e.g. a ViT block after
+    the feature layer) has no AdamW state in the saved dict, exactly as in the live optimizer."""
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=False)
     set_optimizer_state_dict(model, optimizer, optim_sd, options=options)
 
 

@@ -30,13 +30,15 @@ from embodied_rl.algorithms import compute_actor_critic_loss
 from embodied_rl.errors import ConfigError
 from embodied_rl.models import build_policy
 from embodied_rl.runtime import fsdp
+from embodied_rl.runtime.checkpoint import ACTOR_OPTIM as OPTIM_FILE
+from embodied_rl.runtime.checkpoint import ACTOR_STATE as STATE_FILE
+from embodied_rl.runtime.checkpoint import ACTOR_WEIGHTS as WEIGHTS_FILE
 from embodied_rl.runtime.optim import build_optimizer, build_scheduler
-from embodied_rl.runtime.rng import capture_rng_state, restore_rng_state
+from embodied_rl.runtime.rng import capture_rng_state, restore_rng_state, seed_everything
 from embodied_rl.workers.actor_batch import check_batch_sizes, flatten_batch, minibatch_plan, num_samples, select
 
 log = logging.getLogger(__name__)
 
-WEIGHTS_FILE, OPTIM_FILE, STATE_FILE = "trainable.safetensors", "optimizer.pt", "actor_state.pt"
 
 
 class ActorWorker:
@@ -65,6 +67,7 @@ class ActorWorker:
         # fp32 master weights; the compute dtype is fsdp_config.mixed_precision.param_dtype.
         policy = build_policy(a.model, device=self.device, dtype=torch.float32)
         policy.train()
+        seed_everything(a.seed + self.rank)  # from here on, each rank has its own streams (e.g. dropout)
         self.policy = fsdp.apply_fsdp2(policy, a.fsdp_config, self.world_size, self.device)
         self.optimizer = build_optimizer(self.policy, a.optim)
         self.scheduler = build_scheduler(self.optimizer, a.optim, self.cfg.runner.max_steps)

@@ -1,0 +1,130 @@
+"""Checkpoints: exact resume of the FSDP2 actor (world size 2) and the driver, atomic saves.
+
+Exactness is shown the strict way: a fresh actor group restored from the checkpoint takes
+the next training step bit-for-bit like the group that never stopped (weights, AdamW
+moments and step counts, LR schedule in warm-up, minibatch shuffle, per-rank RNG).
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import random
+
+import numpy as np
+import pytest
+import torch
+from ray_fixtures import ray_session  # noqa: F401
+
+from actor_fixtures import ActorGroup, actor_config, actor_hosts, make_rollout_batch, make_tiny_model  # noqa: F401
+from embodied_rl.models import build_policy
+from embodied_rl.runtime.checkpoint import (
+    CheckpointError,
+    actor_dir,
+    checkpoint_writer,
+    export_policy,
+    latest_checkpoint,
+    load_runner_state,
+    resolve_resume_dir,
+    write_runner_state,
+)
+
+
+def _save(run_dir, step: int, extra: dict | None = None, actors: ActorGroup | None = None, version: int = 0):
+    with checkpoint_writer(run_dir, step) as tmp:
+        if actors is not None:
+            actors.call("save_checkpoint", str(actor_dir(tmp)))
+        write_runner_state(tmp, global_step=step, weight_version=version, config_yaml="runner: {}\n", extra=extra)
+    return latest_checkpoint(run_dir)
+
+
+def _draws() -> tuple:
+    return random.random(), float(np.random.rand()), torch.rand(3)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    model = make_tiny_model(tmp_path_factory.mktemp("ckpt_model"))
+    # Warm-up makes the LR differ per step, so a scheduler that was not restored shows.
+    cfg = actor_config(model, "actor.model.is_lora=true", "actor.model.lora_rank=4",
+                       "actor.optim.lr_warmup_steps=3", "actor.optim.lr_scheduler=cosine")
+    return cfg, make_rollout_batch(cfg, seed=1), make_rollout_batch(cfg, seed=2)
+
+
+def test_resume_is_bit_exact(actor_hosts, setup, tmp_path):  # noqa: F811
+    cfg, batch1, batch2 = setup
+    rank_draw = lambda w: torch.rand(4)  # noqa: E731  (per-rank global RNG after training)
+    with ActorGroup(actor_hosts, cfg, 2) as a:
+        a.call("train_step", batch1)
+        ckpt = _save(tmp_path, 1, extra={"reset_ids": [3, 1, 2]}, actors=a, version=1)
+        driver_after_save = _draws()
+        m2 = a.call("train_step", batch2)[0]
+        w2, v2 = a.call("get_trainable_state_dict")[0]
+        r2 = a.run(rank_draw)
+    assert ckpt is not None and ckpt.name == "global_step_00000001"
+
+    state = load_runner_state(resolve_resume_dir("latest", tmp_path))
+    assert (state.global_step, state.weight_version, state.extra) == (1, 1, {"reset_ids": [3, 1, 2]})
+    resumed_draws = _draws()
+    assert resumed_draws[:2] == driver_after_save[:2] and torch.equal(resumed_draws[2], driver_after_save[2])
+
+    with ActorGroup(actor_hosts, cfg, 2) as b:
+        assert b.call("load_checkpoint", str(actor_dir(ckpt))) == [1, 1]
+        m2b = b.call("train_step", batch2)[0]
+        w2b, v2b = b.call("get_trainable_state_dict")[0]
+        r2b = b.run(rank_draw)
+    assert v2b == v2 == 2
+    assert m2b == m2  # every metric, exactly (lr included: the schedule is at step 2 of warm-up)
+    assert m2["train/actor/lr"] == pytest.approx(cfg.actor.optim.lr * 2 / 3)
+    assert set(w2b) == set(w2) and all(torch.equal(w2b[k], w2[k]) for k in w2)
+    assert all(torch.equal(x, y) for x, y in zip(r2, r2b)) and not torch.equal(r2[0], r2[1])
+
+    merged = export_policy(ckpt, cfg.actor.model, tmp_path / "export")
+    plain_cfg = type(cfg.actor.model)(**{**vars(cfg.actor.model), "is_lora": False, "model_path": str(merged)})
+    plain = build_policy(plain_cfg, dtype=torch.float32).eval()
+    lora = build_policy(cfg.actor.model, dtype=torch.float32).eval()
+    from safetensors.torch import load_file
+    lora.load_trainable_state_dict(load_file(str(actor_dir(ckpt) / "trainable.safetensors")))
+    fi = {k: v[0] for k, v in batch1["forward_inputs"].items()}
+    with torch.no_grad():
+        a_out = lora.evaluate_actions(fi, batch1["action_tokens"][0])
+        b_out = plain.evaluate_actions(fi, batch1["action_tokens"][0])
+    torch.testing.assert_close(a_out["logprobs"], b_out["logprobs"], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(a_out["values"], b_out["values"])
+
+
+def _crash_while_saving(run_dir) -> None:
+    with checkpoint_writer(run_dir, 2) as tmp:
+        (tmp / "runner_state.pt").write_bytes(b"half a file")
+        os._exit(1)  # the process dies mid-save: no cleanup code runs
+
+
+def test_crash_mid_save_leaves_previous_checkpoint(tmp_path):
+    first = _save(tmp_path, 1, extra={"k": 1})
+    with pytest.raises(RuntimeError, match="boom"):
+        with checkpoint_writer(tmp_path, 2) as tmp:
+            (tmp / "config.yaml").write_text("partial")
+            raise RuntimeError("boom")
+    proc = mp.get_context("fork").Process(target=_crash_while_saving, args=(tmp_path,))
+    proc.start()
+    proc.join()
+    assert proc.exitcode == 1
+    root = tmp_path / "checkpoints"
+    assert [p.name for p in root.glob(".tmp-*")]  # the dead process's half directory
+    (root / "global_step_00000003").mkdir()  # e.g. a copy without meta.json
+    assert latest_checkpoint(tmp_path) == first == resolve_resume_dir("latest", tmp_path)
+    assert resolve_resume_dir(str(tmp_path), tmp_path) == first  # a run directory resolves too
+    assert load_runner_state(first).extra == {"k": 1}
+    with pytest.raises(CheckpointError, match="incomplete or not a checkpoint"):
+        resolve_resume_dir(str(root / "global_step_00000003"), tmp_path)
+    second = _save(tmp_path, 2)
+    assert second.name == "global_step_00000002" and not list(root.glob(".tmp-*"))
+    assert (root / "latest").read_text().strip() == "global_step_00000002"
+
+
+def test_resume_dir_errors_are_one_line(tmp_path):
+    with pytest.raises(CheckpointError, match="no complete checkpoint"):
+        resolve_resume_dir("latest", tmp_path)
+    with pytest.raises(CheckpointError, match="no such directory"):
+        resolve_resume_dir(str(tmp_path / "nope"), tmp_path)
+    with pytest.raises(CheckpointError, match="trainable.safetensors"):
+        export_policy(tmp_path, None, tmp_path / "out")
