@@ -12,7 +12,7 @@ from embodied_rl.envs.libero.sub_env import LiberoSubEnv
 pytestmark = pytest.mark.libero
 SIZE = 64
 # 2 settle steps instead of the protocol's 10 keep the test fast (rendering dominates a step)
-PARAMS = dict(task_suite_name="libero_spatial", camera_heights=SIZE, camera_widths=SIZE, num_steps_wait=2)
+PARAMS = {"task_suite_name": "libero_spatial", "camera_heights": SIZE, "camera_widths": SIZE, "num_steps_wait": 2}
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +38,10 @@ def test_observation_shapes_dtypes_and_proprio(env):
     # proprio = eef position of the simulator (3) + axis-angle (3) + the two finger joints (2)
     eef = env.sim.data.site_xpos[env.sim.model.site_name2id("gripper0_grip_site")]
     assert np.allclose(obs["state"][:3], eef, atol=1e-4)
-    # the settle no-op keeps the gripper open: fingers apart (+q, -q)
-    assert obs["state"][6] > 0.03 and obs["state"][7] < -0.03
+    # the settle no-op opens the gripper: fingers apart (+q, -q) and opening further
+    assert obs["state"][6] > 0.02 and obs["state"][7] < -0.02
     obs2, reward, terminated, success = env.step(np.array([0.5, 0, 0, 0, 0, 0, -1.0]))
+    assert obs2["state"][6] - obs2["state"][7] >= obs["state"][6] - obs["state"][7]
     assert obs2["state"][0] != obs["state"][0] and reward == 0.0 and not terminated and not success
 
 

@@ -4,7 +4,13 @@ from embodied_rl.envs.libero.backend import LiberoBackend
 from embodied_rl.envs.libero.params import LiberoParams
 from embodied_rl.envs.libero.setup import LiberoSetupError, ensure_libero_ready
 from embodied_rl.envs.libero.sub_env import LiberoSubEnv, LiberoSubEnvFactory
-from embodied_rl.envs.libero.suites import SUITE_MAX_EPISODE_STEPS, SUITES, LiberoTask, TaskIndex, suite_tasks
+from embodied_rl.envs.libero.suites import (
+    SUITE_MAX_EPISODE_STEPS,
+    SUITES,
+    LiberoTask,
+    TaskIndex,
+    suite_tasks,
+)
 
 __all__ = [
     "SUITES", "SUITE_MAX_EPISODE_STEPS", "LiberoBackend", "LiberoParams", "LiberoSetupError", "LiberoSubEnv",

@@ -12,7 +12,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from embodied_rl.envs.backend import SubEnv
-from embodied_rl.envs.libero.observation import ACTION_DIM, MAIN_CAMERA, NOOP_ACTION, WRIST_CAMERA, convert
+from embodied_rl.envs.libero.observation import (
+    ACTION_DIM,
+    MAIN_CAMERA,
+    NOOP_ACTION,
+    WRIST_CAMERA,
+    convert,
+)
 from embodied_rl.envs.libero.params import LiberoParams
 from embodied_rl.envs.libero.setup import ensure_libero_ready
 from embodied_rl.envs.libero.suites import LiberoTask, TaskIndex, load_init_states

@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import os
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import numpy as np
 
@@ -54,7 +54,7 @@ def _check_suite(suite: str) -> None:
         raise ConfigError(f"unknown init_params.task_suite_name {suite!r}; valid: {', '.join(SUITES)}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def suite_tasks(suite: str) -> tuple[LiberoTask, ...]:
     """All tasks of a suite (libero_130 = the five suites concatenated in BASE_SUITES order)."""
     _check_suite(suite)
@@ -62,7 +62,9 @@ def suite_tasks(suite: str) -> tuple[LiberoTask, ...]:
         return tuple(t for s in BASE_SUITES for t in suite_tasks(s))
     ensure_libero_ready()
     from libero.libero import get_libero_path
-    from libero.libero.benchmark import task_maps  # the task table; avoids Benchmark's print()
+    from libero.libero.benchmark import (
+        task_maps,  # the task table; avoids Benchmark's print()
+    )
 
     bddl_root, init_root = get_libero_path("bddl_files"), get_libero_path("init_states")
     return tuple(
