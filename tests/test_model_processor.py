@@ -106,6 +106,12 @@ def test_make_model_writes_official_layout(tiny, tmp_path):
     assert config["text_config"]["vocab_size"] == 576 and config["pad_to_multiple_of"] == 64
     stats = json.loads((tiny / "dataset_statistics.json").read_text())
     assert stats["identity"]["action"]["q01"] == [-1.0] * 7 and len(stats["identity"]["proprio"]["q99"]) == 4
+    assert config["torch_dtype"] == "float32"
+    assert make_model_main(["tiny", str(tmp_path / "bf16"), "--image-size", "28", "--precision", "bf16"]) == 0
+    assert json.loads((tmp_path / "bf16" / "config.json").read_text())["torch_dtype"] == "bfloat16"
+    from safetensors.torch import load_file
+
+    assert all(t.dtype == torch.bfloat16 for t in load_file(str(tmp_path / "bf16" / "model.safetensors")).values())
     with pytest.raises(UserError, match="exists and is not empty"):
         make_model_main(["tiny", str(tiny)])
     with pytest.raises(SystemExit):

@@ -23,6 +23,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--action-dim", type=int, default=7, help="action dimensions in dataset_statistics.json")
     p.add_argument("--proprio-dim", type=int, default=8, help="proprio dimensions in dataset_statistics.json")
     p.add_argument("--unnorm-key", default=IDENTITY_KEY, help="key of the (identity) statistics entry")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="dtype of the written weights (bf16 halves openvla-7b to ~15 GB)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random initialisation")
     return p
 
@@ -39,12 +40,13 @@ def make_model_main(argv: list[str]) -> int:
     torch.manual_seed(args.seed)
     cfg = ModelConfig(model_path=str(out), action_dim=args.action_dim, num_images_in_input=args.num_images,
                       proprio_dim=args.proprio_dim, unnorm_key=args.unnorm_key)
-    policy = OpenVLAOFTPolicy.from_preset(args.preset, cfg, image_size=args.image_size, action_dim=args.action_dim,
+    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+    policy = OpenVLAOFTPolicy.from_preset(args.preset, cfg, dtype=dtype, image_size=args.image_size, action_dim=args.action_dim,
                                           proprio_dim=args.proprio_dim, num_images_in_input=args.num_images,
                                           unnorm_key=args.unnorm_key)
     policy.save_checkpoint(out)
     n = sum(p.numel() for p in policy.parameters())
-    print(f"wrote {args.preset} OpenVLA-OFT ({n / 1e6:.2f}M parameters, {args.image_size}px, {args.num_images} image(s)) to {out}")
+    print(f"wrote {args.preset} OpenVLA-OFT ({n / 1e6:.2f}M parameters, {args.precision}, {args.image_size}px, {args.num_images} image(s)) to {out}")
     return 0
 
 

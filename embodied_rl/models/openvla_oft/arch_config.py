@@ -49,7 +49,7 @@ class OpenVLAArchConfig:
     def image_size(self) -> int:
         return int(self.image_sizes[0])
 
-    def to_json_dict(self) -> dict[str, Any]:
+    def to_json_dict(self, torch_dtype: str = "float32") -> dict[str, Any]:
         out: dict[str, Any] = {
             "model_type": "openvla",
             "architectures": ["OpenVLAForActionPrediction"],
@@ -67,7 +67,7 @@ class OpenVLAArchConfig:
             "pad_to_multiple_of": self.pad_to_multiple_of,
             "n_action_bins": self.n_action_bins,
             "output_projector_states": False,
-            "torch_dtype": "float32",
+            "torch_dtype": torch_dtype,
         }
         out.update(self.extra)
         if self.timm_override_args is not None:
@@ -102,6 +102,6 @@ class OpenVLAArchConfig:
         with open(path) as f:
             return cls.from_json_dict(json.load(f), str(path))
 
-    def save(self, ckpt_dir: str | Path) -> None:
+    def save(self, ckpt_dir: str | Path, torch_dtype: str = "float32") -> None:
         with open(Path(ckpt_dir) / CONFIG_NAME, "w") as f:
-            json.dump(self.to_json_dict(), f, indent=2)
+            json.dump(self.to_json_dict(torch_dtype), f, indent=2)

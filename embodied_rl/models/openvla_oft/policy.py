@@ -213,7 +213,7 @@ class OpenVLAOFTPolicy(BasePolicy):
 
     def _write(self, out: Path, core_sd: dict[str, torch.Tensor], with_adapters: bool) -> None:
         out.mkdir(parents=True, exist_ok=True)
-        self.arch.save(out)
+        self.arch.save(out, torch_dtype=str(next(iter(core_sd.values())).dtype).removeprefix("torch."))
         ckpt.write_state_dict(core_sd, out)
         self.tokenizer.save_pretrained(str(out))
         with open(out / STATS_NAME, "w") as f:
@@ -273,8 +273,14 @@ class OpenVLAOFTPolicy(BasePolicy):
         device = torch.device(device)
         check_attn_implementation(model_cfg.attn_implementation, device)
         arch, tokenizer, stats = make_preset(preset, **preset_kwargs)
-        with device:
-            policy = cls(model_cfg, arch, tokenizer, stats)
+        # Initialise directly in the target dtype on the target device: no fp32 copy of 7B weights.
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(dtype or torch.float32)
+        try:
+            with device:
+                policy = cls(model_cfg, arch, tokenizer, stats)
+        finally:
+            torch.set_default_dtype(previous)
         return policy._finish(None, device, dtype)
 
     def _load_components(self, path: Path) -> None:
