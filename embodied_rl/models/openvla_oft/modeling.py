@@ -66,10 +66,6 @@ class OpenVLAOFTModel(nn.Module):
     def hidden_size(self) -> int:
         return self.arch.llm_hidden_size
 
-    def num_prefix_tokens(self, num_extra: int = 0) -> int:
-        """Tokens spliced after BOS: all image patches plus extra tokens (proprio)."""
-        return self.vision_backbone.num_images_in_input * self.vision_backbone.num_patches_per_image + num_extra
-
     def build_sequence(
         self,
         input_ids: torch.Tensor,

@@ -80,6 +80,8 @@ class OpenVLAOFTPolicy(BasePolicy):
         """image_norm: per-tower (means, stds); None = the timm towers' own normalisation."""
         super().__init__()
         self.model_cfg, self.arch, self.tokenizer, self.stats = model_cfg, arch, tokenizer, stats
+        if model_cfg.num_images_in_input > 2:
+            raise ConfigError(f"actor.model.num_images_in_input={model_cfg.num_images_in_input}: environments provide at most 2 cameras (main + wrist)")
         if model_cfg.image_size is not None and model_cfg.image_size != arch.image_size:
             raise ConfigError(f"actor.model.image_size={model_cfg.image_size} but the checkpoint is built for {arch.image_size} px; set it to {arch.image_size} or null")
         if tokenizer.vocab_size != arch.base_vocab_size:
@@ -97,6 +99,8 @@ class OpenVLAOFTPolicy(BasePolicy):
             if "proprio" not in stats[self.unnorm_key]:
                 raise ConfigError(f"actor.model.use_proprio=true but {STATS_NAME}[{self.unnorm_key}] has no 'proprio' statistics")
             self.proprio_norm = BoundsQ99(stats[self.unnorm_key]["proprio"], f"{self.unnorm_key}.proprio")
+            if self.proprio_norm.dim != model_cfg.proprio_dim:
+                raise ConfigError(f"actor.model.proprio_dim={model_cfg.proprio_dim} but {STATS_NAME}[{self.unnorm_key}] has {self.proprio_norm.dim}-d proprio")
         self.action_tokenizer = ActionTokenizer(arch.base_vocab_size, arch.n_action_bins)
         self.prompt_tokenizer = PromptTokenizer(tokenizer, model_cfg.max_prompt_length, arch.pad_token_id)
         means, stds = image_norm or tower_norm_stats(self.vla)
@@ -115,8 +119,6 @@ class OpenVLAOFTPolicy(BasePolicy):
             if obs.wrist_images is None:
                 raise ConfigError(f"actor.model.num_images_in_input={n_img} but the env provides no wrist camera; set it to 1")
             images.append(obs.wrist_images)
-        if len(images) != n_img:
-            raise ConfigError(f"actor.model.num_images_in_input={n_img} is not supported by EnvObservation (1 main + 1 wrist camera)")
         input_ids, attention_mask = self.prompt_tokenizer(obs.task_descriptions)
         out = {
             "input_ids": input_ids,
