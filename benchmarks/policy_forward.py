@@ -56,7 +56,7 @@ def forward_flops(policy: OpenVLAOFTPolicy, prompt_len: int) -> float:
 
 def make_obs(b: int, size: int, n_img: int, seed: int = 0) -> EnvObservation:
     rng = np.random.default_rng(seed)
-    img = lambda: rng.integers(0, 256, (b, size, size, 3), dtype=np.uint8)  # noqa: E731
+    img = lambda: rng.integers(0, 256, (b, size, size, 3), dtype=np.uint8)
     return EnvObservation(main_images=img(), wrist_images=img() if n_img > 1 else None,
                           states=np.zeros((b, 8), np.float32),
                           task_descriptions=["put the black bowl on the plate"] * b)
