@@ -45,9 +45,9 @@ def forward_flops(policy: OpenVLAOFTPolicy, prompt_len: int) -> float:
     n_img, p = cfg.num_images_in_input, vb.num_patches_per_image
     vision = n_img * sum(vit_flops(t, len(t.blocks) - 1) for t in vb.towers)
     proj = sum(2 * m.in_features * m.out_features for m in core.projector.modules() if isinstance(m, torch.nn.Linear))
-    tc = core.arch.text_config
-    h, i, layers, v = tc["hidden_size"], tc["intermediate_size"], tc["num_hidden_layers"], tc["vocab_size"]
-    kv = h * tc.get("num_key_value_heads", tc["num_attention_heads"]) // tc["num_attention_heads"]
+    tc = core.arch.llama_config()
+    h, i, layers, v = tc.hidden_size, tc.intermediate_size, tc.num_hidden_layers, tc.vocab_size
+    kv = h * tc.num_key_value_heads // tc.num_attention_heads
     t = cfg.num_action_tokens
     s = prompt_len + n_img * p + int(cfg.use_proprio) + t + int(cfg.append_stop_token)
     per_layer = 2 * s * (2 * h * h + 2 * h * kv) + 4 * s * s * h + 6 * s * h * i

@@ -154,6 +154,20 @@ def test_missing_tensor_is_named(official, tmp_path):
         build_policy(ModelConfig(model_path=str(broken), unnorm_key="bridge_orig"))
 
 
+def test_minimal_official_text_config_means_llama2_7b():
+    """HF stores nested configs as a diff against LlamaConfig's defaults, which are Llama-2-7B's."""
+    from embodied_rl.models.openvla_oft.arch_config import OpenVLAArchConfig
+
+    arch = OpenVLAArchConfig.from_json_dict({
+        "model_type": "openvla", "text_config": {"model_type": "llama", "pad_token_id": 32000, "torch_dtype": "bfloat16", "vocab_size": 32064},
+        "timm_model_ids": [t for t, _ in TOWERS], "timm_override_act_layers": [None, None], "image_sizes": [224, 224],
+        "use_fused_vision_backbone": True, "pad_token_id": 32000, "pad_to_multiple_of": 64, "n_action_bins": 256})
+    llama = arch.llama_config()
+    assert (llama.hidden_size, llama.num_hidden_layers, llama.intermediate_size) == (4096, 32, 11008)
+    assert arch.llm_hidden_size == 4096 and arch.base_vocab_size == 32000
+    assert arch.to_json_dict()["text_config"] == {"model_type": "llama", "pad_token_id": 32000, "torch_dtype": "bfloat16", "vocab_size": 32064}
+
+
 def test_checkpoint_errors_are_one_line(tmp_path):
     with pytest.raises(UserError, match="config.json not found.*make-model"):
         build_policy(ModelConfig(model_path=str(tmp_path)))

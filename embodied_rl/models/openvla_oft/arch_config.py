@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from transformers import LlamaConfig
+
 from embodied_rl.errors import UserError
 
 CONFIG_NAME = "config.json"
@@ -33,17 +35,23 @@ class OpenVLAArchConfig:
     pad_token_id: int = 32000
     pad_to_multiple_of: int = 64
     n_action_bins: int = 256
+    timm_override_act_layers: list[str | None] | None = None
     timm_override_args: list[dict[str, Any]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # other official fields, written back unchanged
 
+    def llama_config(self) -> LlamaConfig:
+        """The LLM config. HF writes nested configs as a diff against the class defaults (which are
+        Llama-2-7B's), so official files may list only vocab_size / pad_token_id: fill in the defaults."""
+        return LlamaConfig(**{k: v for k, v in self.text_config.items() if k != "model_type"})
+
     @property
     def llm_hidden_size(self) -> int:
-        return int(self.text_config["hidden_size"])
+        return int(self.llama_config().hidden_size)
 
     @property
     def base_vocab_size(self) -> int:
         """Tokenizer vocabulary before padding (32000 for Llama-2): action ids count down from it."""
-        return int(self.text_config["vocab_size"]) - int(self.pad_to_multiple_of)
+        return int(self.llama_config().vocab_size) - int(self.pad_to_multiple_of)
 
     @property
     def image_size(self) -> int:
@@ -59,7 +67,7 @@ class OpenVLAArchConfig:
             "use_fused_vision_backbone": self.use_fused_vision_backbone,
             "image_resize_strategy": "resize-naive",
             "timm_model_ids": list(self.timm_model_ids),
-            "timm_override_act_layers": [None] * len(self.timm_model_ids),
+            "timm_override_act_layers": self.timm_override_act_layers or [None] * len(self.timm_model_ids),
             "image_sizes": list(self.image_sizes),
             "text_config": dict(self.text_config),
             "llm_max_length": 2048,
@@ -78,12 +86,12 @@ class OpenVLAArchConfig:
     def from_json_dict(cls, d: dict[str, Any], source: str = CONFIG_NAME) -> OpenVLAArchConfig:
         if d.get("model_type") not in ("openvla", "prismatic"):
             raise CheckpointError(f"{source}: model_type is {d.get('model_type')!r}, expected 'openvla' (an OpenVLA / OpenVLA-OFT checkpoint)")
-        if "text_config" not in d or "hidden_size" not in d["text_config"]:
-            raise CheckpointError(f"{source}: missing text_config.hidden_size; is this an OpenVLA checkpoint config?")
+        if not isinstance(d.get("text_config"), dict) or d["text_config"].get("model_type", "llama") != "llama":
+            raise CheckpointError(f"{source}: text_config must describe a Llama LLM (model_type 'llama'); is this an OpenVLA checkpoint config?")
         known = {"text_config", "timm_model_ids", "image_sizes", "use_fused_vision_backbone", "pad_token_id",
-                 "pad_to_multiple_of", "n_action_bins", "timm_override_args"}
+                 "pad_to_multiple_of", "n_action_bins", "timm_override_args", "timm_override_act_layers"}
         derived = {"model_type", "architectures", "vision_backbone_id", "llm_backbone_id", "arch_specifier",
-                   "image_resize_strategy", "timm_override_act_layers", "llm_max_length", "output_projector_states",
+                   "image_resize_strategy", "llm_max_length", "output_projector_states",
                    "torch_dtype", "norm_stats", "transformers_version"}
         kwargs = {k: d[k] for k in known if k in d}
         text = dict(kwargs["text_config"])

@@ -12,7 +12,7 @@ import importlib.util
 
 import torch
 from torch import nn
-from transformers import AutoModelForCausalLM, LlamaConfig
+from transformers import AutoModelForCausalLM
 
 from embodied_rl.errors import ConfigError
 from embodied_rl.models.openvla_oft.arch_config import OpenVLAArchConfig
@@ -51,7 +51,7 @@ class OpenVLAOFTModel(nn.Module):
         self.arch = arch
         self.vision_backbone = FusedVisionBackbone(arch, num_images_in_input)
         self.projector = PrismaticProjector(arch.use_fused_vision_backbone, self.vision_backbone.embed_dim, arch.llm_hidden_size)
-        text_config = LlamaConfig(**{k: v for k, v in arch.text_config.items() if k != "model_type"})
+        text_config = arch.llama_config()
         self.language_model = AutoModelForCausalLM.from_config(text_config, attn_implementation=attn_implementation)
         self.attn_implementation = attn_implementation
         self.n_bins = arch.n_action_bins

@@ -39,8 +39,11 @@ def _rename_layer_scales(model: nn.Module) -> None:
                 setattr(block, name, new)
 
 
-def build_tower(timm_id: str, image_size: int, overrides: dict[str, Any] | None) -> nn.Module:
-    model = timm.create_model(timm_id, pretrained=False, num_classes=0, img_size=image_size, **(overrides or {}))
+def build_tower(timm_id: str, image_size: int, overrides: dict[str, Any] | None, act_layer: str | None = None) -> nn.Module:
+    kwargs = dict(overrides or {})
+    if act_layer is not None:  # official `timm_override_act_layers` (e.g. quick_gelu for CLIP towers)
+        kwargs["act_layer"] = act_layer
+    model = timm.create_model(timm_id, pretrained=False, num_classes=0, img_size=image_size, **kwargs)
     _rename_layer_scales(model)
     return model
 
@@ -51,10 +54,11 @@ class FusedVisionBackbone(nn.Module):
     def __init__(self, cfg: OpenVLAArchConfig, num_images_in_input: int = 1) -> None:
         super().__init__()
         overrides = cfg.timm_override_args or [None] * len(cfg.timm_model_ids)
+        acts = cfg.timm_override_act_layers or [None] * len(cfg.timm_model_ids)
         self.use_fused = cfg.use_fused_vision_backbone
-        self.featurizer = build_tower(cfg.timm_model_ids[0], cfg.image_sizes[0], overrides[0])
+        self.featurizer = build_tower(cfg.timm_model_ids[0], cfg.image_sizes[0], overrides[0], acts[0])
         if self.use_fused:
-            self.fused_featurizer = build_tower(cfg.timm_model_ids[1], cfg.image_sizes[1], overrides[1])
+            self.fused_featurizer = build_tower(cfg.timm_model_ids[1], cfg.image_sizes[1], overrides[1], acts[1])
         self.num_images_in_input = num_images_in_input
 
     @property
