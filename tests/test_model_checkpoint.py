@@ -203,6 +203,19 @@ def test_save_load_round_trip_is_bit_exact(tiny, tmp_path):
         build_policy(ModelConfig(model_path=str(tmp_path / "ckpt"), add_value_head=True, value_type="chunk_level", num_action_chunks=3))
 
 
+def test_critic_inside_the_main_weights_loads(tiny, tmp_path):
+    """RLinf-style checkpoints keep `value_head.mlp.*` in model.safetensors."""
+    src = build_policy(ModelConfig(model_path=str(tiny), add_value_head=True, value_type="chunk_level"))
+    src.save_checkpoint(tmp_path / "ck")
+    main = load_file(str(tmp_path / "ck" / "model.safetensors"))
+    main.update({f"value_head.{k}": v for k, v in load_file(str(tmp_path / "ck" / "value_head.safetensors")).items()})
+    save_file(main, str(tmp_path / "ck" / "model.safetensors"))
+    (tmp_path / "ck" / "value_head.safetensors").unlink()
+    again = build_policy(ModelConfig(model_path=str(tmp_path / "ck"), add_value_head=True, value_type="chunk_level"))
+    assert all(torch.equal(a, b) for a, b in zip(src.value_head.parameters(), again.value_head.parameters()))
+    build_policy(ModelConfig(model_path=str(tmp_path / "ck")))  # without a critic the extra tensors are skipped
+
+
 def test_sharded_write_round_trip(tmp_path):
     sd = {f"w{i}": torch.randn(64, 64) for i in range(5)}
     write_state_dict(sd, tmp_path, max_shard_bytes=40_000)

@@ -55,7 +55,7 @@ def test_full_finetune_forward_backward_shapes_and_grads(ckpt):
     assert out.forward_inputs["images"].dtype == torch.uint8 and out.forward_inputs["images"].shape == (2, 6, IMG, IMG)
     loss_of(policy, obs).backward()
     grads = {n: p.grad for n, p in policy.named_parameters()}
-    for name in ("value_head.head_l1.weight", "proprio_projector.fc1.weight", "vla.projector.fc1.weight",
+    for name in ("value_head.mlp.0.weight", "proprio_projector.fc1.weight", "vla.projector.fc1.weight",
                  "vla.language_model.lm_head.weight", "vla.language_model.model.layers.0.self_attn.q_proj.weight",
                  "vla.vision_backbone.featurizer.blocks.0.attn.qkv.weight",
                  "vla.vision_backbone.fused_featurizer.blocks.0.mlp.fc1.weight"):
@@ -133,7 +133,7 @@ def test_fsdp2_wrapped_policy_evaluates_and_backprops(ckpt):
         ev = policy.evaluate_actions(inputs, ref.action_tokens, temperature=1.0, top_k=0)
         torch.testing.assert_close(ev["logprobs"], ref.logprobs, atol=1e-5, rtol=1e-5)
         (ev["logprobs"].sum() + ev["values"].sum()).backward()
-        assert policy.value_head.head_l1.weight.grad is not None
+        assert policy.value_head.mlp[0].weight.grad is not None
         with torch.no_grad():
             again = policy.predict(inputs, do_sample=False)
         torch.testing.assert_close(again.logprobs, ref.logprobs, atol=1e-5, rtol=1e-5)

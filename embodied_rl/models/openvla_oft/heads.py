@@ -45,23 +45,22 @@ class ProprioProjector(nn.Module):
 class ValueHead(nn.Module):
     """Critic on the hidden state before the first action slot: H -> 512 -> 128 -> out (no last bias).
 
-    Layer names avoid the LoRA target suffixes (fc1/fc2/proj) so adapters never wrap it.
+    Parameter names (`mlp.0/2/4`) match RLinf's ValueHead, so critics trained there load.
     """
 
     def __init__(self, hidden_size: int, out_dim: int) -> None:
         super().__init__()
-        self.head_l1 = nn.Linear(hidden_size, 512)
-        self.head_l2 = nn.Linear(512, 128)
-        self.head_l3 = nn.Linear(128, out_dim, bias=False)
-        self.act = nn.GELU()
+        self.mlp = nn.Sequential(
+            nn.Linear(hidden_size, 512), nn.GELU(), nn.Linear(512, 128), nn.GELU(), nn.Linear(128, out_dim, bias=False)
+        )
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Kaiming for the hidden layers, N(0, 0.02) for the output layer (RLinf's init)."""
-        for layer in (self.head_l1, self.head_l2):
+        """Kaiming for the hidden layers; N(0, 0.02) for the output so initial values are near 0."""
+        for layer in (self.mlp[0], self.mlp[2]):
             nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
             nn.init.zeros_(layer.bias)
-        nn.init.normal_(self.head_l3.weight, std=0.02)
+        nn.init.normal_(self.mlp[4].weight, std=0.02)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.head_l3(self.act(self.head_l2(self.act(self.head_l1(h)))))
+        return self.mlp(h)

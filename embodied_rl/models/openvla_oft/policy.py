@@ -153,7 +153,7 @@ class OpenVLAOFTPolicy(BasePolicy):
         values = None
         if compute_values and self.value_head is not None:
             # The hidden state just before the first action slot (the '▁' token) summarises the observation.
-            values = self.value_head(hidden[:, 0].to(self.value_head.head_l1.weight.dtype)).float()
+            values = self.value_head(hidden[:, 0]).float()
         return logits, values
 
     def _predict(self, inputs: dict[str, torch.Tensor], *, do_sample: bool, temperature: float, top_k: int,
@@ -247,9 +247,12 @@ class OpenVLAOFTPolicy(BasePolicy):
         with torch.device("meta"):  # no random init of billions of weights: the checkpoint provides them
             policy = cls(model_cfg, arch, tokenizer, stats, checkpoint_norm_stats(path))
         core = policy.vla
-        ckpt.load_exact(core, ckpt.read_state_dict(path), str(path), assign=True)
+        state = ckpt.read_state_dict(path)
+        # RLinf saves its critic inside the main weights: split it off for the value head.
+        embedded = {k.removeprefix(f"{VALUE_HEAD}."): state.pop(k) for k in list(state) if k.startswith(f"{VALUE_HEAD}.")}
+        ckpt.load_exact(core, state, str(path), assign=True)
         core.rebuild_buffers()
-        policy._load_components(path)
+        policy._load_components(path, {VALUE_HEAD: embedded} if embedded else {})
         ckpt.check_materialized(policy)
         adapter_dir = model_cfg.lora_path or (path / lora.ADAPTER_DIR if (path / lora.ADAPTER_DIR).is_dir() else None)
         if adapter_dir is not None and not model_cfg.is_lora:
@@ -285,12 +288,17 @@ class OpenVLAOFTPolicy(BasePolicy):
             torch.set_default_dtype(previous)
         return policy._finish(None, device, dtype)
 
-    def _load_components(self, path: Path) -> None:
+    def _load_components(self, path: Path, embedded: dict[str, dict[str, torch.Tensor]]) -> None:
+        """Value head / proprio projector: own file, else weights embedded in the main state dict, else a fresh init."""
         for name in (VALUE_HEAD, PROPRIO_PROJECTOR):
             module = getattr(self, name)
             if module is None:
+                if name in embedded:
+                    logger.info("%s: ignoring the %s weights in the checkpoint (add_value_head is false)", path, name)
                 continue
             found = ckpt.read_component(path, name)
+            if found is None and name in embedded:
+                found = (embedded[name], f"{path} ({name}.* in the main weights)")
             if found is None:  # e.g. a new critic on an SFT checkpoint
                 logger.warning("%s: no %s weights in the checkpoint, starting from a random init", path, name)
                 module.to_empty(device="cpu")
