@@ -74,6 +74,25 @@ def test_later_action_slot_changes_earlier_readout(ckpt):
     assert (new_logits[:, 0] - base_logits[:, 0]).abs().max() > 1e-4
 
 
+def test_causal_mode_is_explicit_and_causal(ckpt):
+    """attention_mode=causal (for causally trained checkpoints): earlier readouts ignore later slots."""
+    o = obs()
+    causal = build_policy(ModelConfig(model_path=ckpt, attention_mode="causal"))
+    bidir = build_policy(ModelConfig(model_path=ckpt))
+    inputs = causal.prepare_inputs(o)
+    assert (logits_values(causal, inputs)[0] - logits_values(bidir, inputs)[0]).abs().max() > 1e-5
+    core, t = causal.vla, causal.model_cfg.num_action_tokens
+    with torch.no_grad():
+        embeds, mask = core.build_sequence(inputs["input_ids"], inputs["attention_mask"], causal.pixel_values(inputs), t, None, True)
+        changed = embeds.clone()
+        changed[:, -3] += 1.0  # the second-to-last slot, which is where the last readout sits
+        (la, _), (lb, _) = core.decode_actions(embeds, mask, t, True), core.decode_actions(changed, mask, t, True)
+    torch.testing.assert_close(la[:, :-1], lb[:, :-1], atol=1e-6, rtol=0)  # earlier readouts cannot see it
+    assert (la[:, -1] - lb[:, -1]).abs().max() > 1e-4
+    eager = build_policy(ModelConfig(model_path=ckpt, attention_mode="causal", attn_implementation="eager"))
+    torch.testing.assert_close(logits_values(eager, inputs)[0], logits_values(causal, inputs)[0], atol=1e-5, rtol=1e-5)
+
+
 def test_stop_token_layout_changes_outputs(ckpt):
     o = obs()
     with_stop = build_policy(ModelConfig(model_path=ckpt, append_stop_token=True))

@@ -14,6 +14,7 @@ from embodied_rl.errors import ConfigError
 VALUE_TYPES = ("chunk_level", "action_level")
 PRECISIONS = ("fp32", "bf16", "fp16")
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2")
+ATTENTION_MODES = ("bidirectional", "causal")
 
 
 @dataclass
@@ -40,6 +41,7 @@ class ModelConfig:
     num_images_in_input: int = field(default=1, metadata={"help": "Cameras per sample: 1 = third-person, 2 = third-person + wrist."})
     max_prompt_length: int = field(default=64, metadata={"help": "Prompt tokens (BOS..'▁') left-padded to this fixed length so rollout batches stack; longer prompts are an error."})
     append_stop_token: bool = field(default=True, metadata={"help": "End the sequence with '</s>' after the action slots (official OFT training layout); false = RLinf's layout without it."})
+    attention_mode: str = field(default="bidirectional", metadata={"help": "bidirectional (OpenVLA-OFT's parallel decoding) | causal (only for checkpoints trained with a causal mask, e.g. by stock-transformers RLinf runs)."})
     attn_implementation: str = field(default="sdpa", metadata={"help": "LLM attention kernel: sdpa | eager | flash_attention_2 (CUDA + flash-attn only); all bidirectional."})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "Recompute ViT blocks and decoder layers in backward to save activation memory."})
     is_lora: bool = field(default=False, metadata={"help": "Train LoRA adapters (both ViTs, projector, LLM, lm_head) instead of all weights; the value head stays fully trainable."})
@@ -65,6 +67,8 @@ class ModelConfig:
             raise bad("precision", f"got {self.precision!r}, expected one of {', '.join(PRECISIONS)}")
         if self.attn_implementation not in ATTN_IMPLEMENTATIONS:
             raise bad("attn_implementation", f"got {self.attn_implementation!r}, expected one of {', '.join(ATTN_IMPLEMENTATIONS)}")
+        if self.attention_mode not in ATTENTION_MODES:
+            raise bad("attention_mode", f"got {self.attention_mode!r}, expected one of {', '.join(ATTENTION_MODES)}")
         for key in ("action_dim", "num_action_chunks", "num_images_in_input", "max_prompt_length", "lora_rank", "proprio_dim"):
             if int(getattr(self, key)) < 1:
                 raise bad(key, f"must be >= 1, got {getattr(self, key)}")

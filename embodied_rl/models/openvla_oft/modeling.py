@@ -3,7 +3,8 @@
 Sequence fed to the LLM (left padding, BOS first, as RLinf lays it out):
     [BOS] [N_img*P patches] [extra tokens, e.g. proprio] [PAD..] prompt[1:] .. '▁' [T zeroed action slots] [</s>?]
 Attention is fully bidirectional: every query sees every non-pad key (OpenVLA-OFT's
-parallel decoding was trained that way). Position ids count only non-pad tokens, so the
+parallel decoding was trained that way); `causal=True` exists only for checkpoints that
+were trained with a causal mask. Position ids count only non-pad tokens, so the
 output does not depend on how much left padding a sample got.
 """
 from __future__ import annotations
@@ -32,21 +33,26 @@ def check_attn_implementation(name: str, device: torch.device) -> None:
         )
 
 
-def bidirectional_mask(token_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """bool [B, S] (True = real token) -> additive float [B, 1, S, S]: 0 on real keys, dtype-min on pad keys.
+def attention_mask_4d(token_mask: torch.Tensor, dtype: torch.dtype, causal: bool = False) -> torch.Tensor:
+    """bool [B, S] (True = real token) -> additive float [B, 1, S, S]: 0 where a query may attend,
+    dtype-min on pad keys (and, when causal, on later keys).
 
     A float (not bool) mask because eager attention *adds* the mask to the scores.
     """
     b, s = token_mask.shape
+    blocked = ~token_mask[:, None, None, :]
+    if causal:
+        later = torch.ones(s, s, dtype=torch.bool, device=token_mask.device).triu(1)
+        blocked = blocked | later
     keys = torch.zeros(b, 1, 1, s, dtype=dtype, device=token_mask.device)
-    keys = keys.masked_fill(~token_mask[:, None, None, :], torch.finfo(dtype).min)
-    return keys.expand(b, 1, s, s)
+    return keys.masked_fill(blocked, torch.finfo(dtype).min).expand(b, 1, s, s)
 
 
 class OpenVLAOFTModel(nn.Module):
     """vision_backbone + projector + language_model; returns action-bin logits and the readout hidden states."""
 
-    def __init__(self, arch: OpenVLAArchConfig, *, num_images_in_input: int = 1, attn_implementation: str = "sdpa") -> None:
+    def __init__(self, arch: OpenVLAArchConfig, *, num_images_in_input: int = 1, attn_implementation: str = "sdpa",
+                 causal: bool = False) -> None:
         super().__init__()
         self.arch = arch
         self.vision_backbone = FusedVisionBackbone(arch, num_images_in_input)
@@ -54,6 +60,7 @@ class OpenVLAOFTModel(nn.Module):
         text_config = arch.llama_config()
         self.language_model = AutoModelForCausalLM.from_config(text_config, attn_implementation=attn_implementation)
         self.attn_implementation = attn_implementation
+        self.causal = causal  # only for checkpoints trained causally; OFT itself is bidirectional
         self.n_bins = arch.n_action_bins
         self.base_vocab_size = arch.base_vocab_size
 
@@ -118,12 +125,12 @@ class OpenVLAOFTModel(nn.Module):
         """Bidirectional LLM pass over a built sequence (embeds [B, S, H], mask bool [B, S]) -> (logits, hidden)."""
         position_ids = (mask.long().cumsum(dim=1) - 1).clamp(min=0)
         if self.attn_implementation == "flash_attention_2":
-            # FA2 takes the 2-D padding mask; is_causal=False makes it bidirectional.
+            # FA2 takes the 2-D padding mask; is_causal selects bidirectional or causal kernels.
             attn = mask.long()
         else:
-            attn = bidirectional_mask(mask, embeds.dtype)
+            attn = attention_mask_4d(mask, embeds.dtype, self.causal)
         out = self.language_model.model(
-            inputs_embeds=embeds, attention_mask=attn, position_ids=position_ids, is_causal=False, use_cache=False
+            inputs_embeds=embeds, attention_mask=attn, position_ids=position_ids, is_causal=self.causal, use_cache=False
         )
         end = embeds.shape[1] - int(append_stop_token)  # one past the last action slot
         # HF shift: position t predicts token t+1, so slot j is read at (slot j position - 1).

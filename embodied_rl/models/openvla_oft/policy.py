@@ -86,7 +86,9 @@ class OpenVLAOFTPolicy(BasePolicy):
             raise ConfigError(f"actor.model.image_size={model_cfg.image_size} but the checkpoint is built for {arch.image_size} px; set it to {arch.image_size} or null")
         if tokenizer.vocab_size != arch.base_vocab_size:
             raise CheckpointError(f"tokenizer vocab_size {tokenizer.vocab_size} != text_config.vocab_size - pad_to_multiple_of = {arch.base_vocab_size}; tokenizer and config.json disagree")
-        self.vla: nn.Module = OpenVLAOFTModel(arch, num_images_in_input=model_cfg.num_images_in_input, attn_implementation=model_cfg.attn_implementation)
+        self.vla: nn.Module = OpenVLAOFTModel(arch, num_images_in_input=model_cfg.num_images_in_input,
+                                              attn_implementation=model_cfg.attn_implementation,
+                                              causal=model_cfg.attention_mode == "causal")
         hidden = arch.llm_hidden_size
         self.proprio_projector = ProprioProjector(model_cfg.proprio_dim, hidden) if model_cfg.use_proprio else None
         self.value_head = ValueHead(hidden, model_cfg.value_dim) if model_cfg.add_value_head else None
