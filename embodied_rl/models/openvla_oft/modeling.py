@@ -20,8 +20,6 @@ from embodied_rl.models.openvla_oft.arch_config import OpenVLAArchConfig
 from embodied_rl.models.openvla_oft.heads import PrismaticProjector
 from embodied_rl.models.openvla_oft.vision import FusedVisionBackbone
 
-STOP_TOKEN_ID = 2  # '</s>' in the Llama vocabulary
-
 
 def check_attn_implementation(name: str, device: torch.device) -> None:
     """flash_attention_2 only where it can really run; never fall back to another kernel silently."""
@@ -61,6 +59,8 @@ class OpenVLAOFTModel(nn.Module):
         self.language_model = AutoModelForCausalLM.from_config(text_config, attn_implementation=attn_implementation)
         self.attn_implementation = attn_implementation
         self.causal = causal  # only for checkpoints trained causally; OFT itself is bidirectional
+        eos = text_config.eos_token_id  # '</s>' = 2 in the Llama vocabulary
+        self.stop_token_id = int(eos[0] if isinstance(eos, list) else eos)
         self.n_bins = arch.n_action_bins
         self.base_vocab_size = arch.base_vocab_size
 
@@ -93,7 +93,7 @@ class OpenVLAOFTModel(nn.Module):
         # Action slots carry zero embeddings: the model reads them out in parallel, nothing leaks in.
         parts += [text[:, 1:], text.new_zeros(b, num_action_tokens, text.shape[-1])]
         if append_stop_token:
-            parts.append(embed(torch.full((b, 1), STOP_TOKEN_ID, device=dev, dtype=torch.long)))
+            parts.append(embed(torch.full((b, 1), self.stop_token_id, device=dev, dtype=torch.long)))
         embeds = torch.cat(parts, dim=1)
         n_prefix = embeds.shape[1] - input_ids.shape[1] - num_action_tokens - int(append_stop_token)
         am = attention_mask.bool()
