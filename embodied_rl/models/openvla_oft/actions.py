@@ -8,6 +8,7 @@ in [0, 255]; r indexes the 256-wide slice of the LM-head logits directly.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import torch
 from embodied_rl.errors import UserError
 
 STATS_NAME = "dataset_statistics.json"
+logger = logging.getLogger(__name__)
 
 
 class ActionTokenizer:
@@ -62,9 +64,11 @@ def resolve_unnorm_key(stats: dict[str, Any], unnorm_key: str | None) -> str:
         if len(keys) == 1:
             return keys[0]
         raise UserError(f"actor.model.unnorm_key is required: {STATS_NAME} has several keys: {', '.join(keys)}")
-    for key in (unnorm_key, f"{unnorm_key}_no_noops"):
-        if key in stats:
-            return key
+    if unnorm_key in stats:
+        return unnorm_key
+    if f"{unnorm_key}_no_noops" in stats:
+        logger.info("unnorm_key %r not in %s; using %r", unnorm_key, STATS_NAME, f"{unnorm_key}_no_noops")
+        return f"{unnorm_key}_no_noops"
     raise UserError(f"actor.model.unnorm_key={unnorm_key!r} not in {STATS_NAME}; available keys: {', '.join(keys)}")
 
 

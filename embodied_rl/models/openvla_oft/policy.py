@@ -52,6 +52,7 @@ def checkpoint_norm_stats(ckpt_dir: Path) -> tuple[list, list] | None:
     """Per-tower (means, stds) from preprocessor_config.json, None when the file is absent."""
     path = ckpt_dir / PREPROCESSOR_NAME
     if not path.is_file():
+        logger.info("%s: no %s; using the vision towers' own image normalisation", ckpt_dir, PREPROCESSOR_NAME)
         return None
     with open(path) as f:
         pre = json.load(f)
