@@ -54,7 +54,7 @@ def workers(ray_session, model_cfg):  # noqa: F811
     rollouts = WorkerGroup(RolloutWorker, cluster, placement, "rollout", kwargs=dict(
         model_cfg=model_cfg, channel=channel, num_env_workers=1, pipeline_stage_num=STAGES,
         sampling={"train": SamplingSpec(), "eval": SamplingSpec(do_sample=False)}, compute_values=True))
-    yield envs, rollouts
+    yield envs, rollouts, channel
     envs.run("close")
     envs.shutdown()
     rollouts.shutdown()
@@ -62,16 +62,18 @@ def workers(ray_session, model_cfg):  # noqa: F811
     cluster.shutdown()
 
 
-def run_epoch(envs, rollouts, mode="train", **kw):
+def run_epoch(envs, rollouts, mode="train", send_to=None, **kw):
     env_refs = envs.call("interact", T, mode, **kw)
-    out_refs = rollouts.call("generate", T, mode)
+    out_refs = rollouts.call("generate", T, mode, send_to=send_to)
     return envs.gather(env_refs, timeout=300)[0], rollouts.gather(out_refs, timeout=300)[0]
 
 
 def test_rollout_trajectory_has_documented_shapes(workers):
-    envs, rollouts = workers
-    env_metrics, (traj, roll_metrics) = run_epoch(envs, rollouts)
-    assert isinstance(traj, Trajectory) and traj.version == 0
+    envs, rollouts, channel = workers
+    channel.register_consumer("trajectories")  # the trajectory comes back through shared memory
+    env_metrics, (returned, roll_metrics) = run_epoch(envs, rollouts, send_to="trajectories")
+    traj = channel.get("trajectories")
+    assert returned is None and isinstance(traj, Trajectory) and traj.version == 0
     assert traj.action_tokens.shape == (T, N, C * A) and traj.action_tokens.dtype == torch.int64
     assert traj.logprobs.shape == (T, N, C * A) and torch.isfinite(traj.logprobs).all()
     assert (traj.logprobs <= 0).all()
@@ -93,14 +95,14 @@ def test_rollout_trajectory_has_documented_shapes(workers):
 
 
 def test_eval_mode_fixed_reset_ids_keeps_no_trajectory(workers):
-    envs, rollouts = workers
+    envs, rollouts, _ = workers
     envs.run("release", "train")  # at most 2 simulator processes at a time on the test box
     env_metrics, (traj, _) = run_epoch(envs, rollouts, "eval", reset_ids=[5, 7])
     assert traj is None and env_metrics["env/num_trajectories"] == N  # truncated at T*C steps
 
 
 def test_weight_versions_must_increase(workers, model_cfg):
-    _, rollouts = workers
+    rollouts = workers[1]
     from embodied_rl.models import build_policy
 
     sd = build_policy(model_cfg).trainable_state_dict()
@@ -110,7 +112,7 @@ def test_weight_versions_must_increase(workers, model_cfg):
 
 
 def test_worker_error_names_group_and_rank(workers):
-    envs, _ = workers
+    envs = workers[0]
     with pytest.raises(WorkerError, match="^EnvWorker rank 0 failed: ValueError: EnvWorker has no 'bogus' env config"):
         envs.run("interact", 1, "bogus")
 

@@ -69,9 +69,12 @@ class RolloutWorker:
 
     # ------------------------------------------------------------------ rollout
     @torch.no_grad()
-    def generate(self, n_chunk_steps: int, mode: str = "train") -> tuple[Trajectory | None, dict[str, float]]:
+    def generate(self, n_chunk_steps: int, mode: str = "train", *, send_to: str | None = None
+                 ) -> tuple[Trajectory | None, dict[str, float]]:
         """Serve one rollout epoch of T chunk steps: (Trajectory, time/rollout/* metrics).
 
+        send_to: a channel key; the trajectory is put there (shared memory on one host, for the
+        actor workers to `get`) and None is returned in its place.
         mode "eval" keeps no trajectory (returns None) and uses the eval sampling spec."""
         if mode not in self.sampling:
             raise ValueError(f"RolloutWorker: no sampling spec for mode {mode!r}; have {sorted(self.sampling)}")
@@ -102,10 +105,18 @@ class RolloutWorker:
         if self.enable_offload:
             self.offload()
         metrics = {"time/rollout/infer_s": infer_s, "time/rollout/wait_obs_s": wait_s}
-        return (self._build(rec) if keep else None), metrics
+        if not keep:
+            return None, metrics
+        traj = self._build(rec)
+        if send_to is None:
+            return traj, metrics
+        self.channel.put(traj, send_to)
+        return None, metrics
 
     def _receive(self, stage: int, step: int) -> list[EnvStepMessage]:
-        msgs = [self.channel.get(obs_key(self.rank, stage)) for _ in self.env_ranks]
+        # Zero-copy: everything kept from a message is copied out (np.concatenate, prepare_inputs),
+        # and its segment returns to the env worker when the message is dropped.
+        msgs = [self.channel.get(obs_key(self.rank, stage), copy=False) for _ in self.env_ranks]
         msgs.sort(key=lambda m: m.env_rank)
         if [m.env_rank for m in msgs] != self.env_ranks or any(m.step != step for m in msgs):
             got = [(m.env_rank, m.step) for m in msgs]
