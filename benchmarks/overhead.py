@@ -3,9 +3,10 @@
 Same task, camera and random actions; the adapter path runs chunks of `--chunk` actions with
 auto-reset (the training configuration), the raw path calls `env.step` directly (N=1: in-process
 `gym.make`; N>1: gymnasium `AsyncVectorEnv` over ManiSkill's `CPUGymWrapper`). Raw and adapter
-rounds alternate so a noisy machine affects both alike; the ratio uses the summed times.
+rounds alternate (and swap order every round) so a noisy machine affects both alike; the ratio
+uses the summed times.
 
-    python benchmarks/overhead.py --sim maniskill --envs 1 2
+    python benchmarks/overhead.py --sim maniskill --envs 1 2 [--video]
     python benchmarks/overhead.py --sim libero --envs 1 --size 128
 
 Other simulators add a `Case` to CASES (build the raw stepper and the env config).
@@ -13,6 +14,7 @@ Other simulators add a `Case` to CASES (build the raw stepper and the env config
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import embodied_rl  # noqa: F401  (import order: torchvision shim)
-from embodied_rl.config.schema.env import EnvConfig
+from embodied_rl.config.schema.env import EnvConfig, VideoConfig
 from embodied_rl.envs import make_env
 from embodied_rl.runtime_env import configure_process_env
 
@@ -76,8 +78,11 @@ def _maniskill_raw(args: argparse.Namespace, n: int) -> RawStepper:
                     env.reset()
 
         return RawStepper(step1, env.close)
-    venv = gym.vector.AsyncVectorEnv([functools.partial(_maniskill_make, task, args.size)] * n, context="forkserver")
-    venv.reset(seed=0)  # AsyncVectorEnv auto-resets finished sub-envs itself
+    # SAME_STEP: a finished sub-env resets inside the step that ended it (as ChunkedVectorEnv
+    # does), so every counted step is a real env step (NEXT_STEP would count resets as steps).
+    venv = gym.vector.AsyncVectorEnv([functools.partial(_maniskill_make, task, args.size)] * n, context="forkserver",
+                                     autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    venv.reset(seed=0)
 
     def stepn(k: int) -> None:
         for _ in range(k):
@@ -142,32 +147,50 @@ CASES: dict[str, Case] = {
 
 
 # ----------------------------------------------------------------------------- measurement
-def measure(case: Case, args: argparse.Namespace, n: int) -> tuple[float, float]:
-    """(raw env-steps/s, adapter env-steps/s) for n sub-envs."""
+def measure(case: Case, args: argparse.Namespace, n: int, video_dir: str) -> tuple[float, float, float | None]:
+    """(raw, adapter, adapter while recording video or None) env-steps/s for n sub-envs.
+
+    The recording rounds include `end_video()` (waiting for the encoder to finish the mp4).
+    """
     chunks = max(1, args.steps // args.chunk)
     steps = chunks * args.chunk
     rng = np.random.default_rng(1)
-    env = make_env(case.env_cfg(args), n)
+    cfg = case.env_cfg(args)
+    cfg.video_cfg = VideoConfig(save_video=args.video, video_base_dir=video_dir)
+    env = make_env(cfg, n)
     raw = case.raw(args, n)
+
+    def run_adapter() -> float:
+        actions = rng.uniform(-1, 1, (chunks, n, args.chunk, case.action_dim)).astype(np.float32)
+        t0 = time.perf_counter()
+        for a in actions:
+            env.chunk_step(a)
+        return time.perf_counter() - t0
+
     try:
         env.reset()
-        env.chunk_step(rng.uniform(-1, 1, (n, args.chunk, case.action_dim)).astype(np.float32))  # warm-up
+        run_adapter()  # warm-up
         raw.step(args.chunk)
-        t_raw = t_adapter = 0.0
-        for _ in range(args.rounds):
+        t_raw = t_adapter = t_video = 0.0
+        for r in range(args.rounds):
+            if r % 2:  # alternate which path goes first, so load drifts hit both alike
+                t_adapter += run_adapter()
             t0 = time.perf_counter()
             raw.step(steps)
             t_raw += time.perf_counter() - t0
-            actions = rng.uniform(-1, 1, (chunks, n, args.chunk, case.action_dim)).astype(np.float32)
-            t0 = time.perf_counter()
-            for a in actions:
-                env.chunk_step(a)
-            t_adapter += time.perf_counter() - t0
+            if r % 2 == 0:
+                t_adapter += run_adapter()
+            if args.video:
+                env.begin_video(r, r, "train", "overhead-benchmark")
+                t_video += run_adapter()
+                t0 = time.perf_counter()
+                env.end_video()
+                t_video += time.perf_counter() - t0
     finally:
         raw.close()
         env.close()
     total = args.rounds * steps * n
-    return total / t_raw, total / t_adapter
+    return total / t_raw, total / t_adapter, (total / t_video if args.video else None)
 
 
 def main() -> None:
@@ -179,14 +202,20 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=80, help="env steps per sub-env per round")
     p.add_argument("--chunk", type=int, default=8, help="actions per chunk on the adapter path")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--video", action="store_true", help="also time adapter rounds that record a video")
     args = p.parse_args()
     configure_process_env()
     case = CASES[args.sim]
     print(f"sim={args.sim} size={args.size} chunk={args.chunk} steps/round={args.steps} rounds={args.rounds}")
-    print(f"{'N':>3} {'raw steps/s':>12} {'adapter steps/s':>16} {'ratio':>7}")
-    for n in args.envs:
-        raw, adapter = measure(case, args, n)
-        print(f"{n:>3} {raw:>12.1f} {adapter:>16.1f} {adapter / raw:>7.3f}", flush=True)
+    head = f"{'N':>3} {'raw steps/s':>12} {'adapter steps/s':>16} {'ratio':>7}"
+    print(head + (f" {'with video':>11} {'ratio':>7}" if args.video else ""))
+    with tempfile.TemporaryDirectory() as video_dir:
+        for n in args.envs:
+            raw, adapter, video = measure(case, args, n, video_dir)
+            line = f"{n:>3} {raw:>12.1f} {adapter:>16.1f} {adapter / raw:>7.3f}"
+            if video is not None:
+                line += f" {video:>11.1f} {video / raw:>7.3f}"
+            print(line, flush=True)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from embodied_rl.errors import ConfigError
 
@@ -9,11 +10,11 @@ from embodied_rl.errors import ConfigError
 @dataclass
 class ManiSkillParams:
     id: str = field(default="PickCube-v1", metadata={"help": "ManiSkill3 task id (any registered task whose assets are installed)."})
-    obs_mode: str = field(default="rgb", metadata={"help": "Observation mode; only `rgb` (camera images + proprio state) is supported."})
+    obs_mode: Literal["rgb"] = field(default="rgb", metadata={"help": "Observation mode; only `rgb` (camera images + proprio state) is supported."})
     control_mode: str = field(default="pd_ee_delta_pose", metadata={"help": "Controller: pd_ee_delta_pose (normalised ±1 = ±0.1 m / ±0.1 rad, gripper -1 closed, +1 open) or another ManiSkill control mode."})
-    sim_backend: str = field(default="cpu", metadata={"help": "cpu: one process per sub-env; gpu: all sub-envs batched in one GPU process (needs CUDA)."})
-    render_backend: str = field(default="cpu", metadata={"help": "SAPIEN render device: cpu (software Vulkan) or gpu."})
-    reward_mode: str = field(default="sparse", metadata={"help": "sparse | dense | normalized_dense (ManiSkill's reward modes)."})
+    sim_backend: Literal["cpu", "gpu"] = field(default="cpu", metadata={"help": "cpu: one process per sub-env; gpu: all sub-envs batched in one GPU process (needs CUDA)."})
+    render_backend: Literal["cpu", "gpu"] = field(default="cpu", metadata={"help": "SAPIEN render device: cpu (software Vulkan) or gpu."})
+    reward_mode: Literal["sparse", "dense", "normalized_dense"] = field(default="sparse", metadata={"help": "sparse | dense | normalized_dense (ManiSkill's reward modes)."})
     camera_heights: int = field(default=128, metadata={"help": "Height in pixels of the cameras (main and wrist)."})
     camera_widths: int = field(default=128, metadata={"help": "Width in pixels of the cameras (main and wrist)."})
     main_camera: str = field(default="base_camera", metadata={"help": "Sensor used as the main (third-person) image."})
