@@ -58,6 +58,9 @@ def make_rollout_batch(cfg, seed: int = 0) -> dict:
     """A time-major batch [T, N, ...] as the runtime produces it, from real policy calls."""
     gen = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
+    # The actor seeds with actor.seed before building, so this policy (value head, LoRA init)
+    # equals the actor's initial policy, as after the runtime's initial weight sync.
+    torch.manual_seed(cfg.actor.seed)
     policy = build_policy(cfg.actor.model, device="cpu", dtype=torch.float32).eval()
     size = policy.arch.image_size
     obs = EnvObservation(
@@ -116,6 +119,17 @@ class Host:
         if self.worker is not None:
             self.worker.shutdown()
             self.worker = None
+
+
+def fsdp_facts(w: ActorWorker) -> dict:
+    """What FSDP2 made of the policy on this rank (run inside a Host)."""
+    unit = w.policy.fsdp_units()[0]
+    group = unit._get_fsdp_state()._fsdp_param_group
+    p = next(w.policy.parameters())
+    return {"param_dtype": group.mp_policy.param_dtype, "reduce_dtype": group.mp_policy.reduce_dtype,
+            "reshard_after_forward": group.post_forward_mesh_info is not None,
+            "placements": [type(x).__name__ for x in p.placements],
+            "local_fraction": round(sum(q.to_local().numel() for q in w.policy.parameters()) / sum(q.numel() for q in w.policy.parameters()), 1)}
 
 
 # Ray workers cannot import this tests/ module by name: ship it by value.

@@ -14,7 +14,7 @@ import pytest
 import torch
 from ray_fixtures import ray_session  # noqa: F401
 
-from actor_fixtures import ActorGroup, actor_config, actor_hosts, make_rollout_batch, make_tiny_model  # noqa: F401
+from actor_fixtures import ActorGroup, actor_config, actor_hosts, fsdp_facts, make_rollout_batch, make_tiny_model  # noqa: F401
 from embodied_rl.errors import ConfigError
 from embodied_rl.runtime import fsdp
 from embodied_rl.runtime.optim import lr_multiplier
@@ -34,7 +34,7 @@ def train_once(hosts: list, cfg, world: int, batch: dict) -> tuple[dict, dict, d
         before = group.call("get_trainable_state_dict")[0][0]
         metrics = group.call("train_step", batch)[0]
         after, version = group.call("get_trainable_state_dict")[0]
-    assert version == 1
+    assert version == 2
     return before, after, metrics
 
 
@@ -85,7 +85,7 @@ def test_loss_finite_and_only_trainable_tensors_change(world2, lora_cfg):
     frozen = set(world2["before"]) - trainable
     assert frozen and not (changed & frozen), sorted(changed & frozen)[:5]
     assert any(k.startswith("value_head.") for k in changed) and any("lora_B" in k for k in changed)
-    assert world2["version"] == 1
+    assert world2["version"] == 2
 
 
 def test_world2_equals_world1_on_same_global_batch(world2, actor_hosts, lora_cfg, batch):  # noqa: F811
@@ -141,3 +141,17 @@ def test_bad_batch_sizes_and_unsupported_settings_are_one_line_errors(lora_cfg):
             ActorWorker(lora_cfg, 0, 1).setup("127.0.0.1", 1)  # fails before any process group
     finally:
         lora_cfg.actor.enable_offload = False
+
+
+@pytest.mark.parametrize("overrides, expect", [
+    ((), {"param_dtype": torch.float32, "reshard_after_forward": True, "placements": ["Shard"], "local_fraction": 0.5}),
+    (("actor.fsdp_config.sharding_strategy=shard_grad_op", "actor.fsdp_config.mixed_precision.param_dtype=bf16"),
+     {"param_dtype": torch.bfloat16, "reshard_after_forward": False, "placements": ["Shard"]}),
+    (("actor.fsdp_config.sharding_strategy=no_shard",), {"placements": ["Replicate", "Shard"], "local_fraction": 1.0}),
+])
+def test_fsdp_config_keys_take_effect(actor_hosts, model_dir, overrides, expect):  # noqa: F811
+    with ActorGroup(actor_hosts, actor_config(model_dir, *overrides), 2) as group:
+        facts = group.run(fsdp_facts)
+    for f in facts:
+        assert f["reduce_dtype"] == torch.float32
+        assert {k: f[k] for k in expect} == expect

@@ -55,7 +55,7 @@ def test_resume_is_bit_exact(actor_hosts, setup, tmp_path):  # noqa: F811
     rank_draw = lambda w: torch.rand(4)  # noqa: E731  (per-rank global RNG after training)
     with ActorGroup(actor_hosts, cfg, 2) as a:
         a.call("train_step", batch1)
-        ckpt = _save(tmp_path, 1, extra={"reset_ids": [3, 1, 2]}, actors=a, version=1)
+        ckpt = _save(tmp_path, 1, extra={"reset_ids": [3, 1, 2]}, actors=a, version=2)
         driver_after_save = _draws()
         m2 = a.call("train_step", batch2)[0]
         w2, v2 = a.call("get_trainable_state_dict")[0]
@@ -63,16 +63,16 @@ def test_resume_is_bit_exact(actor_hosts, setup, tmp_path):  # noqa: F811
     assert ckpt is not None and ckpt.name == "global_step_00000001"
 
     state = load_runner_state(resolve_resume_dir("latest", tmp_path))
-    assert (state.global_step, state.weight_version, state.extra) == (1, 1, {"reset_ids": [3, 1, 2]})
+    assert (state.global_step, state.weight_version, state.extra) == (1, 2, {"reset_ids": [3, 1, 2]})
     resumed_draws = _draws()
     assert resumed_draws[:2] == driver_after_save[:2] and torch.equal(resumed_draws[2], driver_after_save[2])
 
     with ActorGroup(actor_hosts, cfg, 2) as b:
-        assert b.call("load_checkpoint", str(actor_dir(ckpt))) == [1, 1]
+        assert b.call("load_checkpoint", str(actor_dir(ckpt))) == [2, 2]
         m2b = b.call("train_step", batch2)[0]
         w2b, v2b = b.call("get_trainable_state_dict")[0]
         r2b = b.run(rank_draw)
-    assert v2b == v2 == 2
+    assert v2b == v2 == 3
     assert m2b == m2  # every metric, exactly (lr included: the schedule is at step 2 of warm-up)
     assert m2["train/actor/lr"] == pytest.approx(cfg.actor.optim.lr * 2 / 3)
     assert set(w2b) == set(w2) and all(torch.equal(w2b[k], w2[k]) for k in w2)

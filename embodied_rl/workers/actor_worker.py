@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import defaultdict
 from pathlib import Path
 
 import torch
@@ -44,7 +43,9 @@ log = logging.getLogger(__name__)
 class ActorWorker:
     def __init__(self, cfg, rank: int, world_size: int) -> None:
         self.cfg, self.rank, self.world_size = cfg, rank, world_size
-        self.version = 0  # weight version: number of completed train steps (0 = as loaded)
+        # Weight version: 1 = as built by setup(), +1 per train step. A rollout worker starts at 0
+        # (its own load), so the runner's first sync (before the first rollout) is accepted.
+        self.version = 1
         self.policy = self.optimizer = self.scheduler = None
         self.device = torch.device("cpu")
         self._offloaded = False
@@ -85,7 +86,7 @@ class ActorWorker:
         flat = flatten_batch(batch, needs_critic=algo.uses_critic)
         total = num_samples(flat)
         check_batch_sizes(total, a.global_batch_size, a.micro_batch_size, self.world_size)
-        sums: dict[str, float] = defaultdict(float)
+        sums: dict[str, float] = {}
         n_micro = n_steps = skipped = 0
         grad_norm_sum = 0.0
         lrs = [g["lr"] for g in self.optimizer.param_groups]  # the LR this training step uses
@@ -94,7 +95,7 @@ class ActorWorker:
                 for idx in micro_indices:
                     metrics = self._backward_micro(select(flat, idx), scale=1.0 / len(micro_indices))
                     for k, v in metrics.items():
-                        sums[k] += v
+                        sums[k] = _combine(k, sums.get(k), v)
                     n_micro += 1
                 norm = self._clip_and_step()
                 n_steps += 1
@@ -102,8 +103,8 @@ class ActorWorker:
                 grad_norm_sum += norm if math.isfinite(norm) else 0.0
         self.scheduler.step()
         self.version += 1
-        out = {f"train/{k}": v / n_micro for k, v in sums.items()}
-        out = self._mean_over_ranks(out)
+        out = {f"train/{k}": v if _extreme(k) else v / n_micro for k, v in sums.items()}
+        out = self._reduce_over_ranks(out)
         out["train/actor/grad_norm"] = grad_norm_sum / max(1, n_steps - skipped)
         out["train/actor/nonfinite_grad_steps"] = float(skipped)
         out["train/actor/optimizer_steps"] = float(n_steps)
@@ -145,17 +146,26 @@ class ActorWorker:
         self.optimizer.zero_grad(set_to_none=True)
         return norm
 
-    def _mean_over_ranks(self, metrics: dict[str, float]) -> dict[str, float]:
-        keys = sorted(metrics)
-        t = torch.tensor([metrics[k] for k in keys], dtype=torch.float64, device=self.device)
-        dist.all_reduce(t)
-        return {k: float(v) / self.world_size for k, v in zip(keys, t.tolist())}
+    def _reduce_over_ranks(self, metrics: dict[str, float]) -> dict[str, float]:
+        """Means are averaged over ranks; `*_max` / `*_min` metrics take the extreme."""
+        out: dict[str, float] = {}
+        # min(x) = -max(-x); every rank has the same keys, so all join the same all-reduces.
+        for kind, op, sign in (("mean", dist.ReduceOp.SUM, 1.0), ("max", dist.ReduceOp.MAX, 1.0), ("min", dist.ReduceOp.MAX, -1.0)):
+            keys = sorted(k for k in metrics if (_extreme(k) or "mean") == kind)
+            if not keys:
+                continue
+            t = torch.tensor([sign * metrics[k] for k in keys], dtype=torch.float64, device=self.device)
+            dist.all_reduce(t, op=op)
+            factor = 1.0 / self.world_size if kind == "mean" else sign
+            out.update({k: float(v) * factor for k, v in zip(keys, t.tolist())})
+        return out
 
     # ---- weight sync and offload -------------------------------------------------------
     def get_trainable_state_dict(self) -> tuple[dict[str, torch.Tensor] | None, int]:
         """Full CPU tensors of the trainable weights (policy.trainable_state_dict keys: LoRA +
-        value head when is_lora, else all) on rank 0, None elsewhere; plus the weight version,
-        which increases by one per train step. Collective."""
+        value head when is_lora, else all) on rank 0, None elsewhere; plus the weight version
+        (1 before training, +1 per train step). Collective. Sync once before the first rollout:
+        randomly initialised parts (value head, LoRA) exist only on the actor until then."""
         self._require_setup()
         self.onload()
         return fsdp.gather_full(self.policy.trainable_state_dict(), self.rank), self.version
@@ -223,6 +233,18 @@ class ActorWorker:
     def _require_setup(self) -> None:
         if self.policy is None:
             raise RuntimeError("ActorWorker.setup(master_addr, master_port) must run before training")
+
+
+def _extreme(name: str) -> str | None:
+    """'max' / 'min' for metrics that are extremes (reduced with max/min, never averaged)."""
+    return "max" if name.endswith("_max") else "min" if name.endswith("_min") else None
+
+
+def _combine(name: str, acc: float | None, value: float) -> float:
+    if acc is None:
+        return value
+    kind = _extreme(name)
+    return max(acc, value) if kind == "max" else min(acc, value) if kind == "min" else acc + value
 
 
 def _to_device(x, device: torch.device):
