@@ -129,6 +129,7 @@ def fsdp_facts(w: ActorWorker) -> dict:
     return {"param_dtype": group.mp_policy.param_dtype, "reduce_dtype": group.mp_policy.reduce_dtype,
             "reshard_after_forward": group.post_forward_mesh_info is not None,
             "placements": [type(x).__name__ for x in p.placements],
+            "buffer_dtypes": {b.dtype for b in w.policy.buffers() if b.is_floating_point()},
             "local_fraction": round(sum(q.to_local().numel() for q in w.policy.parameters()) / sum(q.numel() for q in w.policy.parameters()), 1)}
 
 

@@ -97,6 +97,13 @@ def test_world2_equals_world1_on_same_global_batch(world2, actor_hosts, lora_cfg
     assert metrics1["train/actor/policy_loss"] == pytest.approx(world2["metrics"]["train/actor/policy_loss"], rel=1e-4, abs=1e-6)
 
 
+def test_gradient_checkpointing_under_fsdp2_gives_the_same_update(world2, actor_hosts, model_dir, batch):  # noqa: F811
+    cfg = actor_config(model_dir, *LORA, "actor.model.gradient_checkpointing=true")
+    _, after, _ = train_once(actor_hosts, cfg, 1, batch)
+    for k, v in world2["trainable"].items():
+        torch.testing.assert_close(after[k], v, rtol=1e-4, atol=1e-6, msg=k)
+
+
 def test_grad_accumulation_equals_one_big_micro_batch(actor_hosts, model_dir, batch):  # noqa: F811
     cfg_accum = actor_config(model_dir, "actor.micro_batch_size=2", "actor.global_batch_size=8")
     cfg_big = actor_config(model_dir, "actor.micro_batch_size=8", "actor.global_batch_size=8")
@@ -144,9 +151,11 @@ def test_bad_batch_sizes_and_unsupported_settings_are_one_line_errors(lora_cfg):
 
 
 @pytest.mark.parametrize("overrides, expect", [
-    ((), {"param_dtype": torch.float32, "reshard_after_forward": True, "placements": ["Shard"], "local_fraction": 0.5}),
-    (("actor.fsdp_config.sharding_strategy=shard_grad_op", "actor.fsdp_config.mixed_precision.param_dtype=bf16"),
-     {"param_dtype": torch.bfloat16, "reshard_after_forward": False, "placements": ["Shard"]}),
+    ((), {"param_dtype": torch.float32, "reshard_after_forward": True, "placements": ["Shard"], "local_fraction": 0.5,
+          "buffer_dtypes": {torch.float32}}),
+    (("actor.fsdp_config.sharding_strategy=shard_grad_op", "actor.fsdp_config.mixed_precision.param_dtype=bf16",
+      "actor.fsdp_config.mixed_precision.buffer_dtype=bf16"),
+     {"param_dtype": torch.bfloat16, "reshard_after_forward": False, "placements": ["Shard"], "buffer_dtypes": {torch.bfloat16}}),
     (("actor.fsdp_config.sharding_strategy=no_shard",), {"placements": ["Replicate", "Shard"], "local_fraction": 1.0}),
 ])
 def test_fsdp_config_keys_take_effect(actor_hosts, model_dir, overrides, expect):  # noqa: F811
