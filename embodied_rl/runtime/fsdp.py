@@ -62,6 +62,8 @@ def init_process_group(rank: int, world_size: int, master_addr: str, master_port
     if dist.is_initialized():
         raise RuntimeError("torch.distributed is already initialised in this process; one ActorWorker per process")
     backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # NCCL binds each rank to its device
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = master_addr, str(master_port)
     dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s), init_method=f"tcp://{master_addr}:{master_port}")
 

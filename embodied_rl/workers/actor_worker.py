@@ -66,6 +66,8 @@ class ActorWorker:
         # randomly initialised parts (value head, LoRA) must be identical everywhere.
         torch.manual_seed(a.seed)
         # fp32 master weights; the compute dtype is fsdp_config.mixed_precision.param_dtype.
+        # Built on the training device (flash_attention_2 is checked against it), so a GPU
+        # briefly holds the full fp32 model before fully_shard frees all but this rank's shard.
         policy = build_policy(a.model, device=self.device, dtype=torch.float32)
         policy.train()
         seed_everything(a.seed + self.rank)  # from here on, each rank has its own streams (e.g. dropout)
