@@ -73,25 +73,25 @@ def make_rollout_batch(cfg, seed: int = 0) -> dict:
         out = policy.predict(inputs, do_sample=True, temperature=1.0, top_k=0, compute_values=True, generator=gen)
     tm = lambda x: x.reshape(T, N, *x.shape[1:])  # noqa: E731
     c = cfg.actor.model.num_action_chunks
-    values = tm(out.values)
     rollout = {
         "rewards": torch.rand(T, N, c, generator=gen),
         "dones": torch.zeros(T, N, c, dtype=torch.bool),
-        "values": torch.cat([values, values[-1:]], dim=0),  # [T + 1, N, K]
         "old_logprobs": tm(out.logprobs),
     }
     rollout["dones"][1, 0, -1] = True
+    if cfg.algorithm.uses_critic:
+        values = tm(out.values)
+        rollout["values"] = torch.cat([values, values[-1:]], dim=0)  # [T + 1, N, K]
     adv = compute_advantages(cfg.algorithm, rollout, action_dim=cfg.actor.model.action_dim, auto_reset=True)
     batch = {
         "forward_inputs": {k: tm(v) for k, v in out.forward_inputs.items()},
         "action_tokens": tm(out.action_tokens),
         "logprobs": tm(out.logprobs),
-        "values": values,
         "advantages": adv["advantages"],
         "loss_mask": adv["loss_mask"],
-        "returns": adv["returns"],
-        "value_mask": adv["value_mask"],
     }
+    if cfg.algorithm.uses_critic:
+        batch.update(values=values, returns=adv["returns"], value_mask=adv["value_mask"])
     return batch
 
 

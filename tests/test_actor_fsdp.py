@@ -122,6 +122,14 @@ def test_value_lr_group_drives_the_value_head(actor_hosts, model_dir, batch):  #
     assert changed and all(k.startswith("value_head.") for k in changed), sorted(changed)[:5]
 
 
+def test_grpo_batch_without_critic_trains(actor_hosts, model_dir):  # noqa: F811
+    cfg = actor_config(model_dir, "algorithm.adv_type=grpo", "algorithm.group_size=2", "actor.model.add_value_head=false")
+    before, after, metrics = train_once(actor_hosts, cfg, 1, make_rollout_batch(cfg))
+    assert math.isfinite(metrics["train/actor/total_loss"]) and "train/critic/lr" not in metrics
+    assert not any(k.startswith("train/critic/value") for k in metrics)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
 def test_lr_schedule_warmup_then_decay():
     f = lambda s, kind: lr_multiplier(s, kind=kind, warmup_steps=2, total_steps=6, min_ratio=0.1)  # noqa: E731
     assert [f(s, "constant") for s in range(4)] == [0.5, 1.0, 1.0, 1.0]

@@ -78,6 +78,15 @@ def test_resume_is_bit_exact(actor_hosts, setup, tmp_path):  # noqa: F811
     assert set(w2b) == set(w2) and all(torch.equal(w2b[k], w2[k]) for k in w2)
     assert all(torch.equal(x, y) for x, y in zip(r2, r2b)) and not torch.equal(r2[0], r2[1])
 
+    # Full (unsharded) optimizer state: the same checkpoint resumes on one rank too.
+    with ActorGroup(actor_hosts, cfg, 1) as c:
+        assert c.call("load_checkpoint", str(actor_dir(ckpt))) == [2]
+        m2c = c.call("train_step", batch2)[0]
+        w2c = c.call("get_trainable_state_dict")[0][0]
+    assert m2c["train/actor/lr"] == m2["train/actor/lr"]
+    for k in w2:
+        torch.testing.assert_close(w2c[k], w2[k], rtol=1e-4, atol=1e-6, msg=k)
+
     merged = export_policy(ckpt, cfg.actor.model, tmp_path / "export")
     plain_cfg = type(cfg.actor.model)(**{**vars(cfg.actor.model), "is_lora": False, "model_path": str(merged)})
     plain = build_policy(plain_cfg, dtype=torch.float32).eval()
