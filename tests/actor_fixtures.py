@@ -6,6 +6,7 @@ observations are random 56 px images, but every tensor comes from the real polic
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -15,8 +16,6 @@ import ray
 import torch
 
 from embodied_rl.algorithms import compute_advantages
-import dataclasses
-
 from embodied_rl.config import RootConfig
 from embodied_rl.config.loader import deep_merge, resolve, validate
 from embodied_rl.config.overrides import apply_override, parse_override
@@ -71,7 +70,7 @@ def make_rollout_batch(cfg, seed: int = 0) -> dict:
     with torch.no_grad():
         inputs = policy.prepare_inputs(obs)
         out = policy.predict(inputs, do_sample=True, temperature=1.0, top_k=0, compute_values=True, generator=gen)
-    tm = lambda x: x.reshape(T, N, *x.shape[1:])  # noqa: E731
+    tm = lambda x: x.reshape(T, N, *x.shape[1:])
     c = cfg.actor.model.num_action_chunks
     rollout = {
         "rewards": torch.rand(T, N, c, generator=gen),
@@ -163,7 +162,7 @@ class ActorGroup:
     def stop(self) -> None:
         ray.get([h.stop.remote() for h in self.hosts])
 
-    def __enter__(self) -> ActorGroup:
+    def __enter__(self) -> ActorGroup:  # noqa: PYI034
         return self
 
     def __exit__(self, exc_type, *exc: object) -> None:

@@ -6,15 +6,21 @@ batch, gradient accumulation == one big micro-batch, and value_lr drives the val
 """
 from __future__ import annotations
 
-import math
-
 import dataclasses
+import math
 
 import pytest
 import torch
+from actor_fixtures import (  # noqa: F401
+    ActorGroup,
+    actor_config,
+    actor_hosts,
+    fsdp_facts,
+    make_rollout_batch,
+    make_tiny_model,
+)
 from ray_fixtures import ray_session  # noqa: F401
 
-from actor_fixtures import ActorGroup, actor_config, actor_hosts, fsdp_facts, make_rollout_batch, make_tiny_model  # noqa: F401
 from embodied_rl.errors import ConfigError
 from embodied_rl.runtime import fsdp
 from embodied_rl.runtime.optim import lr_multiplier
@@ -131,7 +137,7 @@ def test_grpo_batch_without_critic_trains(actor_hosts, model_dir):  # noqa: F811
 
 
 def test_lr_schedule_warmup_then_decay():
-    f = lambda s, kind: lr_multiplier(s, kind=kind, warmup_steps=2, total_steps=6, min_ratio=0.1)  # noqa: E731
+    f = lambda s, kind: lr_multiplier(s, kind=kind, warmup_steps=2, total_steps=6, min_ratio=0.1)
     assert [f(s, "constant") for s in range(4)] == [0.5, 1.0, 1.0, 1.0]
     assert f(2, "cosine") == pytest.approx(1.0) and f(5, "cosine") == pytest.approx(0.1)
     assert f(2, "linear") == pytest.approx(1.0) and f(5, "linear") == pytest.approx(0.1)

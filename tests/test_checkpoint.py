@@ -13,9 +13,15 @@ import random
 import numpy as np
 import pytest
 import torch
+from actor_fixtures import (  # noqa: F401
+    ActorGroup,
+    actor_config,
+    actor_hosts,
+    make_rollout_batch,
+    make_tiny_model,
+)
 from ray_fixtures import ray_session  # noqa: F401
 
-from actor_fixtures import ActorGroup, actor_config, actor_hosts, make_rollout_batch, make_tiny_model  # noqa: F401
 from embodied_rl.models import build_policy
 from embodied_rl.runtime.checkpoint import (
     CheckpointError,
@@ -52,7 +58,7 @@ def setup(tmp_path_factory):
 
 def test_resume_is_bit_exact(actor_hosts, setup, tmp_path):  # noqa: F811
     cfg, batch1, batch2 = setup
-    rank_draw = lambda w: torch.rand(4)  # noqa: E731  (per-rank global RNG after training)
+    rank_draw = lambda w: torch.rand(4)
     with ActorGroup(actor_hosts, cfg, 2) as a:
         a.call("train_step", batch1)
         ckpt = _save(tmp_path, 1, extra={"reset_ids": [3, 1, 2]}, actors=a, version=2)
@@ -109,10 +115,9 @@ def _crash_while_saving(run_dir) -> None:
 
 def test_crash_mid_save_leaves_previous_checkpoint(tmp_path):
     first = _save(tmp_path, 1, extra={"k": 1})
-    with pytest.raises(RuntimeError, match="boom"):
-        with checkpoint_writer(tmp_path, 2) as tmp:
-            (tmp / "config.yaml").write_text("partial")
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"), checkpoint_writer(tmp_path, 2) as tmp:
+        (tmp / "config.yaml").write_text("partial")
+        raise RuntimeError("boom")
     proc = mp.get_context("fork").Process(target=_crash_while_saving, args=(tmp_path,))
     proc.start()
     proc.join()

@@ -61,8 +61,7 @@ def test_resume_drops_steps_after_the_checkpoint(tmp_path):
 
 
 def test_rejects_unknown_metric_prefix_and_backend(tmp_path):
-    with MetricsLogger(_cfg(), tmp_path, total_steps=1, stream=io.StringIO()) as logger:
-        with pytest.raises(ValueError, match="prefix"):
-            logger.log(1, {"loss": 1.0})
+    with MetricsLogger(_cfg(), tmp_path, total_steps=1, stream=io.StringIO()) as logger, pytest.raises(ValueError, match="prefix"):
+        logger.log(1, {"loss": 1.0})
     with pytest.raises(Exception, match="logger_backends"):
         MetricsLogger(_cfg("swanlab"), tmp_path, total_steps=1)

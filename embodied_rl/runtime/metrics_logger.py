@@ -170,7 +170,7 @@ class MetricsLogger:
         if not self._jsonl.closed:
             self._jsonl.close()
 
-    def __enter__(self) -> MetricsLogger:
+    def __enter__(self) -> MetricsLogger:  # noqa: PYI034
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -178,5 +178,5 @@ class MetricsLogger:
 
 
 def _hms(seconds: float) -> str:
-    s = int(round(seconds))
+    s = round(seconds)
     return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"

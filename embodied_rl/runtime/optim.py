@@ -7,8 +7,7 @@ training step (not per optimizer step), so the schedule is measured in the same 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from typing import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn

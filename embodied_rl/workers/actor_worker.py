@@ -33,8 +33,18 @@ from embodied_rl.runtime.checkpoint import ACTOR_OPTIM as OPTIM_FILE
 from embodied_rl.runtime.checkpoint import ACTOR_STATE as STATE_FILE
 from embodied_rl.runtime.checkpoint import ACTOR_WEIGHTS as WEIGHTS_FILE
 from embodied_rl.runtime.optim import build_optimizer, build_scheduler
-from embodied_rl.runtime.rng import capture_rng_state, restore_rng_state, seed_everything
-from embodied_rl.workers.actor_batch import check_batch_sizes, flatten_batch, minibatch_plan, num_samples, select
+from embodied_rl.runtime.rng import (
+    capture_rng_state,
+    restore_rng_state,
+    seed_everything,
+)
+from embodied_rl.workers.actor_batch import (
+    check_batch_sizes,
+    flatten_batch,
+    minibatch_plan,
+    num_samples,
+    select,
+)
 
 log = logging.getLogger(__name__)
 
