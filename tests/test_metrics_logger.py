@@ -54,6 +54,8 @@ def test_resume_drops_steps_after_the_checkpoint(tmp_path):
     with MetricsLogger(_cfg(), tmp_path, total_steps=5, stream=io.StringIO()) as logger:
         for step in (1, 2, 3):
             logger.log(step, {"train/actor/policy_loss": float(step)})
+    with open(tmp_path / METRICS_FILE, "a") as f:
+        f.write('{"step": 4, "train/act')  # torn line of a crash mid-write
     with MetricsLogger(_cfg(), tmp_path, total_steps=5, start_step=2, stream=io.StringIO()) as logger:
         logger.log(3, {"train/actor/policy_loss": 30.0})
     rows = _lines(tmp_path)

@@ -88,7 +88,7 @@ class MetricsLogger:
     def _open_jsonl(self, start_step: int) -> TextIO:
         path = self.run_dir / METRICS_FILE
         if path.exists():
-            kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line).get("step", 0) <= start_step]
+            kept = [line for line in path.read_text().splitlines() if _step_of(line) is not None and _step_of(line) <= start_step]
             tmp = path.with_suffix(".jsonl.tmp")
             tmp.write_text("".join(line + "\n" for line in kept))
             os.replace(tmp, path)
@@ -175,6 +175,14 @@ class MetricsLogger:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _step_of(line: str) -> int | None:
+    """Step of a metrics.jsonl line; None for a blank or torn line (a crash mid-write)."""
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _hms(seconds: float) -> str:
