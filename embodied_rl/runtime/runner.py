@@ -51,6 +51,9 @@ class EmbodiedRunner:
             self._resume(cfg.runner.resume_dir)
         elif cfg.runner.ckpt_path:
             self._load_weights(cfg.runner.ckpt_path)
+        elif not cfg.runner.only_eval:
+            # The value head (and LoRA) are initialised on the actor: rollout must act with them.
+            self._sync_weights()
 
     def _resume(self, resume_dir: str) -> None:
         path = ckpt.resolve_resume_dir(resume_dir, self.run_dir)
