@@ -16,10 +16,10 @@ import argparse
 import statistics
 import time
 
-import embodied_rl  # noqa: F401  (torchvision shim before anything else)
 import numpy as np
 import ray
 
+import embodied_rl  # noqa: F401  (torchvision shim before anything else)
 from embodied_rl.runtime.channel import Channel
 
 

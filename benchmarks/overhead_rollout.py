@@ -16,14 +16,15 @@ Kept in its own file because overhead.py's case registry is per simulator (env l
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 from types import SimpleNamespace
 
-import embodied_rl  # noqa: F401  (torchvision shim first)
 import numpy as np
 import torch
 
+import embodied_rl  # noqa: F401  (torchvision shim first)
 from embodied_rl.config.schema.env import EnvConfig
 from embodied_rl.config.schema.model import ModelConfig
 from embodied_rl.envs import make_env
@@ -56,11 +57,14 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=64)
     args = ap.parse_args()
     configure_process_env()
+    # Ray starts workers with OMP_NUM_THREADS=1 and their simulator processes inherit it; give
+    # the raw and in-process phases the same setting so only the runtime differs.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     import overhead  # benchmarks/overhead.py (this script's directory is on sys.path)
 
     env_cfg = EnvConfig(env_type="maniskill", task_description="pick up the red cube", total_num_envs=args.envs,
                         max_episode_steps=(args.chunk_steps + 1) * C, auto_reset=True,
-                        init_params=dict(id="PickCube-v1", camera_heights=args.size, camera_widths=args.size))
+                        init_params={"id": "PickCube-v1", "camera_heights": args.size, "camera_widths": args.size})
     steps = args.chunk_steps * C
     times = {"raw": measure_raw(overhead, args, steps), "env": measure_env(env_cfg, args), "loop": measure_loop(env_cfg, args)}
     frames = args.rounds * steps * args.envs
@@ -106,11 +110,11 @@ def measure_loop(env_cfg: EnvConfig, args) -> float:
     model_dir = tempfile.mkdtemp(prefix="tiny-oft-") + "/m"
     make_model_main(["tiny", model_dir, "--image-size", str(args.size)])
     channel = Channel.create("overhead", queue_size=2)
-    envs = WorkerGroup(EnvWorker, cluster, placement, "env", kwargs=dict(
-        env_cfgs={"eval": env_cfg}, channel=channel, num_rollout_workers=1, pipeline_stage_num=1))
-    rollouts = WorkerGroup(TrivialPolicyRolloutWorker, cluster, placement, "rollout", kwargs=dict(
-        model_cfg=ModelConfig(model_path=model_dir), channel=channel, num_env_workers=1, pipeline_stage_num=1,
-        sampling={"eval": SamplingSpec(do_sample=False)}, compute_values=False))
+    envs = WorkerGroup(EnvWorker, cluster, placement, "env", kwargs={
+        "env_cfgs": {"eval": env_cfg}, "channel": channel, "num_rollout_workers": 1, "pipeline_stage_num": 1})
+    rollouts = WorkerGroup(TrivialPolicyRolloutWorker, cluster, placement, "rollout", kwargs={
+        "model_cfg": ModelConfig(model_path=model_dir), "channel": channel, "num_env_workers": 1, "pipeline_stage_num": 1,
+        "sampling": {"eval": SamplingSpec(do_sample=False)}, "compute_values": False})
     rollouts.run("trivial")
 
     def epoch(n: int) -> float:

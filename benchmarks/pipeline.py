@@ -72,17 +72,17 @@ class CalibratedRolloutWorker(RolloutWorker):
 def env_cfg(n: int, size: int) -> EnvConfig:
     return EnvConfig(env_type="maniskill", task_description="pick up the red cube", total_num_envs=n,
                      max_episode_steps=400, auto_reset=True,
-                     init_params=dict(id="PickCube-v1", camera_heights=size, camera_widths=size))
+                     init_params={"id": "PickCube-v1", "camera_heights": size, "camera_widths": size})
 
 
 def build(cluster, placement, model_cfg, args, stages: int):
     channel = Channel.create(f"pipeline{stages}", queue_size=2)
-    envs = WorkerGroup(PinnedEnvWorker, cluster, placement, "env", kwargs=dict(
-        env_cfgs={"train": env_cfg(args.envs, args.size)}, channel=channel, num_rollout_workers=1,
-        pipeline_stage_num=stages))
-    rollouts = WorkerGroup(CalibratedRolloutWorker, cluster, placement, "rollout", kwargs=dict(
-        model_cfg=model_cfg, channel=channel, num_env_workers=1, pipeline_stage_num=stages,
-        sampling={"train": SamplingSpec()}, compute_values=True))
+    envs = WorkerGroup(PinnedEnvWorker, cluster, placement, "env", kwargs={
+        "env_cfgs": {"train": env_cfg(args.envs, args.size)}, "channel": channel, "num_rollout_workers": 1,
+        "pipeline_stage_num": stages})
+    rollouts = WorkerGroup(CalibratedRolloutWorker, cluster, placement, "rollout", kwargs={
+        "model_cfg": model_cfg, "channel": channel, "num_env_workers": 1, "pipeline_stage_num": stages,
+        "sampling": {"train": SamplingSpec()}, "compute_values": True})
     if args.pin:
         envs.run("pin", 0)
         rollouts.run("pin", 1)

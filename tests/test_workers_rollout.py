@@ -8,14 +8,13 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-import ray
 import torch
 from ray_fixtures import ray_session  # noqa: F401
 
 from embodied_rl.config.schema.env import EnvConfig
 from embodied_rl.config.schema.model import ModelConfig
-from embodied_rl.errors import ConfigError
 from embodied_rl.envs.maniskill import ManiSkillParams
+from embodied_rl.errors import ConfigError
 from embodied_rl.models.cli import make_model_main
 from embodied_rl.runtime.channel import Channel
 from embodied_rl.runtime.worker_group import RayCluster, WorkerError, WorkerGroup
@@ -30,8 +29,8 @@ T, N, STAGES, C, A = 2, 2, 2, 8, 7
 
 def env_cfg(**kw) -> EnvConfig:
     params = ManiSkillParams(id="PickCube-v1", camera_heights=64, camera_widths=64, reward_mode="dense")
-    base = dict(env_type="maniskill", task_description="pick up the red cube", seed=3, total_num_envs=N,
-                max_episode_steps=C * T, auto_reset=True, init_params=dataclasses.asdict(params))
+    base = {"env_type": "maniskill", "task_description": "pick up the red cube", "seed": 3, "total_num_envs": N,
+                "max_episode_steps": C * T, "auto_reset": True, "init_params": dataclasses.asdict(params)}
     base.update(kw)
     return EnvConfig(**base)
 
@@ -48,12 +47,12 @@ def workers(ray_session, model_cfg):  # noqa: F811
     cluster = RayCluster(num_cpu_slots=2)
     placement = cluster.placement({"env": "0", "rollout": "1"})
     channel = Channel.create("rollout_test", queue_size=2)
-    envs = WorkerGroup(EnvWorker, cluster, placement, "env", kwargs=dict(
-        env_cfgs={"train": env_cfg(), "eval": env_cfg(auto_reset=False, ignore_terminations=True)},
-        channel=channel, num_rollout_workers=1, pipeline_stage_num=STAGES))
-    rollouts = WorkerGroup(RolloutWorker, cluster, placement, "rollout", kwargs=dict(
-        model_cfg=model_cfg, channel=channel, num_env_workers=1, pipeline_stage_num=STAGES,
-        sampling={"train": SamplingSpec(), "eval": SamplingSpec(do_sample=False)}, compute_values=True))
+    envs = WorkerGroup(EnvWorker, cluster, placement, "env", kwargs={
+        "env_cfgs": {"train": env_cfg(), "eval": env_cfg(auto_reset=False, ignore_terminations=True)},
+        "channel": channel, "num_rollout_workers": 1, "pipeline_stage_num": STAGES})
+    rollouts = WorkerGroup(RolloutWorker, cluster, placement, "rollout", kwargs={
+        "model_cfg": model_cfg, "channel": channel, "num_env_workers": 1, "pipeline_stage_num": STAGES,
+        "sampling": {"train": SamplingSpec(), "eval": SamplingSpec(do_sample=False)}, "compute_values": True})
     yield envs, rollouts, channel
     envs.run("close")
     envs.shutdown()

@@ -157,7 +157,7 @@ class WorkerGroup:
 
     def gather(self, refs: Sequence[ray.ObjectRef], timeout: float | None = None) -> list[Any]:
         """Results of `refs` in rank order; an error names the group, rank and cause."""
-        ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+        _, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
         if pending:
             raise WorkerError(f"{self.name}: {len(pending)} of {len(refs)} workers did not finish within {timeout} s")
         out = []

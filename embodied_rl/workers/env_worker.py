@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import time
 
-
 from embodied_rl.config.schema.env import EnvConfig
 from embodied_rl.envs import ChunkedVectorEnv, make_env
 from embodied_rl.errors import ConfigError
 from embodied_rl.runtime.channel import Channel
-from embodied_rl.workers.messages import ActionMessage, EnvStepMessage, action_key, obs_key
+from embodied_rl.workers.messages import (
+    ActionMessage,
+    EnvStepMessage,
+    action_key,
+    obs_key,
+)
 
 MODES = ("train", "eval")
 

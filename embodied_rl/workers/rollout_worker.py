@@ -22,7 +22,12 @@ from embodied_rl.errors import ConfigError
 from embodied_rl.runtime.channel import Channel
 from embodied_rl.workers.env_worker import rollout_rank_of
 from embodied_rl.workers.messages import (
-    ActionMessage, EnvStepMessage, SamplingSpec, Trajectory, action_key, obs_key,
+    ActionMessage,
+    EnvStepMessage,
+    SamplingSpec,
+    Trajectory,
+    action_key,
+    obs_key,
 )
 
 
