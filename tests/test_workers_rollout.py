@@ -122,3 +122,25 @@ def test_rollout_offload_rejected_on_cpu(model_cfg):
     with pytest.raises(ConfigError, match="rollout.enable_offload"):
         RolloutWorker(model_cfg, None, rank=0, world_size=1, num_env_workers=1, pipeline_stage_num=1,
                       sampling={}, compute_values=False, enable_offload=True)
+
+
+def test_trajectory_orders_envs_by_env_rank_then_stage():
+    # 2 env workers x 2 stages x 3 sub-envs served by one rollout worker: per stage the rollout
+    # sees [env0 rows, env1 rows]; the trajectory must list (env, stage, sub-env) in order.
+    from types import SimpleNamespace
+
+    k, stages, n, steps = 2, 2, 3, 2
+    me = SimpleNamespace(env_ranks=[0, 1], stages=stages, compute_values=True, version=7)
+    rec = []
+    for s in range(stages):
+        ids = torch.tensor([e * stages * n + s * n + i for e in range(k) for i in range(n)], dtype=torch.float32)
+        step = {key: [ids.clone() for _ in range(steps)] for key in
+                ("action_tokens", "logprobs", "rewards", "terminations", "truncations", "dones", "active_mask",
+                 "values", "bootstrap_values")}
+        step["last_values"] = [ids.clone()]
+        step["forward_inputs"] = [{"pixel_values": ids.clone()} for _ in range(steps)]
+        rec.append(step)
+    traj = RolloutWorker._build(me, rec)
+    expected = torch.arange(k * stages * n, dtype=torch.float32)
+    assert torch.equal(traj.action_tokens[0], expected) and torch.equal(traj.values[-1], expected)
+    assert torch.equal(traj.forward_inputs["pixel_values"][1], expected) and traj.version == 7
