@@ -96,8 +96,12 @@ def test_rollout_trajectory_has_documented_shapes(workers):
 def test_eval_mode_fixed_reset_ids_keeps_no_trajectory(workers):
     envs, rollouts, _ = workers
     envs.run("release", "train")  # at most 2 simulator processes at a time on the test box
+    assert envs.run("get_state") == [{"train": [0, 0]}]  # one train epoch per stage, kept on release
+    envs.run("set_state", {"train": [4, 4]})
+    assert envs.run("get_state") == [{"train": [4, 4]}]
     env_metrics, (traj, _) = run_epoch(envs, rollouts, "eval", reset_ids=[5, 7])
     assert traj is None and env_metrics["env/num_trajectories"] == N  # truncated at T*C steps
+    assert envs.run("get_state") == [{"train": [4, 4], "eval": [0, 0]}]
 
 
 def test_weight_versions_must_increase(workers, model_cfg):

@@ -112,6 +112,15 @@ class ChunkedVectorEnv:
             raise ValueError(f"set_reset_ids: ids must be in [0, {bound or _MAX_SEED}), got {arr.tolist()}")
         self._explicit_ids = arr
 
+    @property
+    def epoch(self) -> int:
+        """Index of the current rollout epoch (reset() calls - 1); part of every reset id's seed."""
+        return self._epoch
+
+    @epoch.setter
+    def epoch(self, value: int) -> None:  # resume: continue the reset-id stream where it stopped
+        self._epoch = int(value)
+
     # ------------------------------------------------------------------ episodes
     def reset(self) -> EnvObservation:
         """Start a new rollout epoch: every sub-env begins a fresh episode."""

@@ -70,6 +70,7 @@ class EnvWorker:
         self.video_dirs, self.run_name = video_dirs or {}, run_name
         self.per_stage = {m: envs_per_worker(c.total_num_envs, world_size, self.stages, m) for m, c in env_cfgs.items()}
         self._envs: dict[str, list[ChunkedVectorEnv]] = {}
+        self._epochs: dict[str, list[int]] = {}  # per mode and stage, kept across release()
 
     def _stage_envs(self, mode: str) -> list[ChunkedVectorEnv]:
         if mode not in self.cfgs:
@@ -80,7 +81,25 @@ class EnvWorker:
                          video_dir=self.video_dirs.get(mode), env_worker=self.rank, stage=s)
                 for s in range(self.stages)
             ]
+            for env, epoch in zip(self._envs[mode], self._epochs.get(mode, [])):
+                env.epoch = epoch
         return self._envs[mode]
+
+    def get_state(self) -> dict[str, list[int]]:
+        """What a checkpoint needs to continue the reset-id streams: the epoch of each stage.
+
+        Each rollout epoch starts from reset(), so no simulator state outlives an epoch."""
+        for mode, envs in self._envs.items():
+            self._epochs[mode] = [env.epoch for env in envs]
+        return {mode: list(epochs) for mode, epochs in self._epochs.items()}
+
+    def set_state(self, state: dict[str, list[int]]) -> None:
+        for mode, epochs in state.items():
+            if len(epochs) != self.stages:
+                raise ValueError(f"env worker {self.rank}: state has {len(epochs)} stages for mode {mode!r}, expected {self.stages}")
+            self._epochs[mode] = [int(e) for e in epochs]
+            for env, epoch in zip(self._envs.get(mode, []), epochs):
+                env.epoch = epoch
 
     def num_envs(self, mode: str = "train") -> int:
         return self.per_stage[mode] * self.stages
@@ -151,6 +170,7 @@ class EnvWorker:
 
     def release(self, mode: str) -> None:
         """Close the `mode` envs (their simulator processes); they are rebuilt on next use."""
+        self.get_state()  # keep the epochs: a rebuilt env continues the reset-id stream
         for env in self._envs.pop(mode, []):
             env.close()
 
