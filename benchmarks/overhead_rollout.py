@@ -33,7 +33,7 @@ from embodied_rl.runtime.channel import Channel
 from embodied_rl.runtime.worker_group import RayCluster, WorkerGroup
 from embodied_rl.runtime_env import configure_process_env
 from embodied_rl.workers.env_worker import EnvWorker
-from embodied_rl.workers.messages import SamplingSpec
+from embodied_rl.workers.messages import ChannelWiring, SamplingSpec
 from embodied_rl.workers.rollout_worker import RolloutWorker
 
 C, A = 8, 7
@@ -111,9 +111,9 @@ def measure_loop(env_cfg: EnvConfig, args) -> float:
     make_model_main(["tiny", model_dir, "--image-size", str(args.size)])
     channel = Channel.create("overhead", queue_size=2)
     envs = WorkerGroup(EnvWorker, cluster, placement, "env", kwargs={
-        "env_cfgs": {"eval": env_cfg}, "channel": channel, "num_rollout_workers": 1, "pipeline_stage_num": 1})
+        "env_cfgs": {"eval": env_cfg}, "wiring": ChannelWiring.single(channel), "num_rollout_workers": 1, "pipeline_stage_num": 1})
     rollouts = WorkerGroup(TrivialPolicyRolloutWorker, cluster, placement, "rollout", kwargs={
-        "model_cfg": ModelConfig(model_path=model_dir), "channel": channel, "num_env_workers": 1, "pipeline_stage_num": 1,
+        "model_cfg": ModelConfig(model_path=model_dir), "wiring": ChannelWiring.single(channel), "num_env_workers": 1, "pipeline_stage_num": 1,
         "sampling": {"eval": SamplingSpec(do_sample=False)}, "compute_values": False})
     rollouts.run("trivial")
 

@@ -31,7 +31,7 @@ from embodied_rl.runtime.channel import Channel
 from embodied_rl.runtime.worker_group import RayCluster, WorkerGroup
 from embodied_rl.runtime_env import configure_process_env
 from embodied_rl.workers.env_worker import EnvWorker
-from embodied_rl.workers.messages import SamplingSpec
+from embodied_rl.workers.messages import ChannelWiring, SamplingSpec
 from embodied_rl.workers.rollout_worker import RolloutWorker
 
 
@@ -78,10 +78,10 @@ def env_cfg(n: int, size: int) -> EnvConfig:
 def build(cluster, placement, model_cfg, args, stages: int):
     channel = Channel.create(f"pipeline{stages}", queue_size=2)
     envs = WorkerGroup(PinnedEnvWorker, cluster, placement, "env", kwargs={
-        "env_cfgs": {"train": env_cfg(args.envs, args.size)}, "channel": channel, "num_rollout_workers": 1,
+        "env_cfgs": {"train": env_cfg(args.envs, args.size)}, "wiring": ChannelWiring.single(channel), "num_rollout_workers": 1,
         "pipeline_stage_num": stages})
     rollouts = WorkerGroup(CalibratedRolloutWorker, cluster, placement, "rollout", kwargs={
-        "model_cfg": model_cfg, "channel": channel, "num_env_workers": 1, "pipeline_stage_num": stages,
+        "model_cfg": model_cfg, "wiring": ChannelWiring.single(channel), "num_env_workers": 1, "pipeline_stage_num": stages,
         "sampling": {"train": SamplingSpec()}, "compute_values": True})
     if args.pin:
         envs.run("pin", 0)

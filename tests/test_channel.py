@@ -145,3 +145,11 @@ def test_segments_are_reused_not_leaked(channel):
         channel.put(make_message(i), "r")
         assert_same(channel.get("r"), make_message(i))
     assert len(shm.list_segments(channel.prefix)) == 1
+
+
+def test_single_channel_wiring_uses_it_for_every_direction(channel):
+    from embodied_rl.workers.messages import ChannelWiring
+
+    wiring = ChannelWiring.of(channel)
+    assert wiring.obs is wiring.actions is wiring.trajectories is channel
+    assert ChannelWiring.of(wiring) is wiring

@@ -19,7 +19,12 @@ from embodied_rl.models.cli import make_model_main
 from embodied_rl.runtime.channel import Channel
 from embodied_rl.runtime.worker_group import RayCluster, WorkerError, WorkerGroup
 from embodied_rl.workers.env_worker import EnvWorker
-from embodied_rl.workers.messages import SamplingSpec, Trajectory
+from embodied_rl.workers.messages import (
+    ChannelWiring,
+    SamplingSpec,
+    Trajectory,
+    trajectory_key,
+)
 from embodied_rl.workers.rollout_worker import RolloutWorker
 
 pytestmark = [pytest.mark.maniskill, pytest.mark.slow]
@@ -46,32 +51,37 @@ def model_cfg(tmp_path_factory) -> ModelConfig:
 def workers(ray_session, model_cfg):  # noqa: F811
     cluster = RayCluster(num_cpu_slots=2)
     placement = cluster.placement({"env": "0", "rollout": "1"})
-    channel = Channel.create("rollout_test", queue_size=2)
+    # One channel per direction, as the runner builds them from env/rollout/actor.channel.
+    wiring = ChannelWiring(obs=Channel.create("env_test", queue_size=2), actions=Channel.create("rollout_test", queue_size=1),
+                           trajectories=Channel.create("actor_test", queue_size=0), obs_queue="obs", action_queue="act",
+                           trajectory_queue="replay")
     envs = WorkerGroup(EnvWorker, cluster, placement, "env", kwargs={
         "env_cfgs": {"train": env_cfg(), "eval": env_cfg(auto_reset=False, ignore_terminations=True)},
-        "channel": channel, "num_rollout_workers": 1, "pipeline_stage_num": STAGES})
+        "wiring": wiring, "num_rollout_workers": 1, "pipeline_stage_num": STAGES})
     rollouts = WorkerGroup(RolloutWorker, cluster, placement, "rollout", kwargs={
-        "model_cfg": model_cfg, "channel": channel, "num_env_workers": 1, "pipeline_stage_num": STAGES,
+        "model_cfg": model_cfg, "wiring": wiring, "num_env_workers": 1, "pipeline_stage_num": STAGES,
         "sampling": {"train": SamplingSpec(), "eval": SamplingSpec(do_sample=False)}, "compute_values": True})
-    yield envs, rollouts, channel
+    yield envs, rollouts, wiring
     envs.run("close")
     envs.shutdown()
     rollouts.shutdown()
-    channel.shutdown()
+    for ch in (wiring.obs, wiring.actions, wiring.trajectories):
+        assert ch.shutdown() == 0 or ch is wiring.trajectories  # producers unlinked their segments
     cluster.shutdown()
 
 
-def run_epoch(envs, rollouts, mode="train", send_to=None, **kw):
+def run_epoch(envs, rollouts, mode="train", send=False, **kw):
     env_refs = envs.call("interact", T, mode, **kw)
-    out_refs = rollouts.call("generate", T, mode, send_to=send_to)
+    out_refs = rollouts.call("generate", T, mode, send=send)
     return envs.gather(env_refs, timeout=300)[0], rollouts.gather(out_refs, timeout=300)[0]
 
 
 def test_rollout_trajectory_has_documented_shapes(workers):
-    envs, rollouts, channel = workers
-    channel.register_consumer("trajectories")  # the trajectory comes back through shared memory
-    env_metrics, (returned, roll_metrics) = run_epoch(envs, rollouts, send_to="trajectories")
-    traj = channel.get("trajectories")
+    envs, rollouts, wiring = workers
+    key = trajectory_key("replay", 0)
+    wiring.trajectories.register_consumer(key)  # the trajectory comes back through shared memory
+    env_metrics, (returned, roll_metrics) = run_epoch(envs, rollouts, send=True)
+    traj = wiring.trajectories.get(key)
     assert returned is None and isinstance(traj, Trajectory) and traj.version == 0
     assert traj.action_tokens.shape == (T, N, C * A) and traj.action_tokens.dtype == torch.int64
     assert traj.logprobs.shape == (T, N, C * A) and torch.isfinite(traj.logprobs).all()

@@ -16,6 +16,7 @@ from embodied_rl.errors import ConfigError
 from embodied_rl.runtime.channel import Channel
 from embodied_rl.workers.messages import (
     ActionMessage,
+    ChannelWiring,
     EnvStepMessage,
     action_key,
     obs_key,
@@ -52,7 +53,7 @@ class EnvWorker:
     def __init__(
         self,
         env_cfgs: dict[str, EnvConfig],
-        channel: Channel,
+        wiring: ChannelWiring | Channel,
         *,
         rank: int,
         world_size: int,
@@ -64,7 +65,7 @@ class EnvWorker:
         unknown = set(env_cfgs) - set(MODES)
         if unknown:
             raise ValueError(f"EnvWorker: unknown modes {sorted(unknown)}; valid: {MODES}")
-        self.cfgs, self.channel = env_cfgs, channel
+        self.cfgs, self.wiring = env_cfgs, ChannelWiring.of(wiring)
         self.rank, self.world_size, self.stages = rank, world_size, pipeline_stage_num
         self.rollout_rank = rollout_rank_of(rank, world_size, num_rollout_workers)
         self.video_dirs, self.run_name = video_dirs or {}, run_name
@@ -135,7 +136,7 @@ class EnvWorker:
         for t in range(n_chunk_steps):
             for s, env in enumerate(envs):
                 t0 = time.perf_counter()
-                msg: ActionMessage = self.channel.get(action_key(self.rank, s))
+                msg: ActionMessage = self.wiring.actions.get(action_key(self.wiring.action_queue, self.rank, s))
                 t1 = time.perf_counter()
                 if (msg.stage, msg.step) != (s, t):
                     raise RuntimeError(f"env worker {self.rank}: expected actions for stage {s} step {t}, got {msg.stage}/{msg.step}")
@@ -154,7 +155,7 @@ class EnvWorker:
         return metrics
 
     def _send(self, msg: EnvStepMessage) -> None:
-        self.channel.put(msg, obs_key(self.rollout_rank, msg.stage))
+        self.wiring.obs.put(msg, obs_key(self.wiring.obs_queue, self.rollout_rank, msg.stage))
 
     @staticmethod
     def _pop_metrics(envs: list[ChunkedVectorEnv]) -> dict[str, float]:
@@ -177,4 +178,4 @@ class EnvWorker:
     def close(self) -> None:
         for mode in list(self._envs):
             self.release(mode)
-        self.channel.close()
+        self.wiring.close()

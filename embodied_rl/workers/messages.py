@@ -1,11 +1,11 @@
 """Dataclasses exchanged by env and rollout workers (through `runtime.channel.Channel`).
 
 Protocol of one rollout epoch of T chunk steps and S pipeline stages (per env worker e):
-  env  -> rollout  key obs_key(rollout_rank, s):  EnvStepMessage(step=0)  after reset
+  env  -> rollout  obs key (rollout rank, s):  EnvStepMessage(step=0)  after reset
   for t in 0..T-1, for s in 0..S-1:
-  rollout -> env   key action_key(e, s):          ActionMessage(step=t)
-  env  -> rollout  key obs_key(rollout_rank, s):  EnvStepMessage(step=t+1) carrying the outcome
-                                                   of chunk step t and the next observation
+  rollout -> env   action key (e, s):         ActionMessage(step=t)
+  env  -> rollout  obs key (rollout rank, s):  EnvStepMessage(step=t+1) carrying the outcome
+                                               of chunk step t and the next observation
 Env outputs (rewards, dones, final_obs) travel to the rollout worker with the next observation,
 so the rollout worker builds the whole trajectory, including V(final_obs) bootstrap values
 which need the policy. Env metrics go back to the runner as `EnvWorker.interact`'s result.
@@ -18,14 +18,51 @@ import numpy as np
 import torch
 
 from embodied_rl.envs.messages import EnvObservation
+from embodied_rl.runtime.channel import Channel
 
 
-def obs_key(rollout_rank: int, stage: int) -> str:
-    return f"obs.r{rollout_rank}.s{stage}"
+def obs_key(queue: str, rollout_rank: int, stage: int) -> str:
+    return f"{queue}.r{rollout_rank}.s{stage}"
 
 
-def action_key(env_rank: int, stage: int) -> str:
-    return f"act.e{env_rank}.s{stage}"
+def action_key(queue: str, env_rank: int, stage: int) -> str:
+    return f"{queue}.e{env_rank}.s{stage}"
+
+
+def trajectory_key(queue: str, rollout_rank: int) -> str:
+    return f"{queue}.r{rollout_rank}"
+
+
+@dataclass
+class ChannelWiring:
+    """Which channel and queue each direction uses; one per config section, so that its
+    `channel.name` (label and shared-memory prefix), `queue_name` (key prefix) and
+    `queue_size` (bound) all take effect:
+      obs           env.channel:     env -> rollout observations and env outputs
+      actions       rollout.channel: rollout -> env actions
+      trajectories  actor.channel:   rollout -> actor trajectories (optional)
+    """
+
+    obs: Channel
+    actions: Channel
+    trajectories: Channel | None = None
+    obs_queue: str = "obs_buffer"
+    action_queue: str = "action_buffer"
+    trajectory_queue: str = "replay_buffer"
+
+    @classmethod
+    def single(cls, channel: Channel) -> ChannelWiring:
+        """Every direction through one channel (its queues are still separate keys)."""
+        return cls(obs=channel, actions=channel, trajectories=channel)
+
+    @classmethod
+    def of(cls, wiring: ChannelWiring | Channel) -> ChannelWiring:
+        return wiring if isinstance(wiring, ChannelWiring) else cls.single(wiring)
+
+    def close(self) -> None:
+        """Release this process's endpoints (segments it produced, mappings)."""
+        for ch in {id(c): c for c in (self.obs, self.actions, self.trajectories) if c is not None}.values():
+            ch.close()
 
 
 @dataclass

@@ -23,11 +23,13 @@ from embodied_rl.runtime.channel import Channel
 from embodied_rl.workers.env_worker import rollout_rank_of
 from embodied_rl.workers.messages import (
     ActionMessage,
+    ChannelWiring,
     EnvStepMessage,
     SamplingSpec,
     Trajectory,
     action_key,
     obs_key,
+    trajectory_key,
 )
 
 
@@ -45,7 +47,7 @@ class RolloutWorker:
     def __init__(
         self,
         model_cfg: ModelConfig,
-        channel: Channel,
+        wiring: ChannelWiring | Channel,
         *,
         rank: int,
         world_size: int,
@@ -61,25 +63,27 @@ class RolloutWorker:
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         if enable_offload and self.device.type != "cuda":
             raise ConfigError("rollout.enable_offload=true needs a GPU (on CPU the model already lives in host memory); set it to false")
-        self.rank, self.channel, self.stages = rank, channel, pipeline_stage_num
+        self.rank, self.wiring, self.stages = rank, ChannelWiring.of(wiring), pipeline_stage_num
+        wiring = self.wiring
         self.env_ranks = [e for e in range(num_env_workers) if rollout_rank_of(e, num_env_workers, world_size) == rank]
         self.sampling, self.compute_values, self.enable_offload = sampling, compute_values, enable_offload
         self.policy = build_policy(model_cfg, device=self.device).eval()
         self.version = 0
         self.generator = torch.Generator(device=self.device).manual_seed(seed * 1000 + rank)
         for s in range(self.stages):
-            channel.register_consumer(obs_key(rank, s))  # before env workers send: shared-memory path
+            wiring.obs.register_consumer(obs_key(wiring.obs_queue, rank, s))  # before env workers send: shared memory
         if enable_offload:
             self.offload()
 
     # ------------------------------------------------------------------ rollout
     @torch.no_grad()
-    def generate(self, n_chunk_steps: int, mode: str = "train", *, send_to: str | None = None
+    def generate(self, n_chunk_steps: int, mode: str = "train", *, send: bool = False
                  ) -> tuple[Trajectory | None, dict[str, float]]:
         """Serve one rollout epoch of T chunk steps: (Trajectory, time/rollout/* metrics).
 
-        send_to: a channel key; the trajectory is put there (shared memory on one host, for the
-        actor workers to `get`) and None is returned in its place.
+        send: put the trajectory on the trajectories channel under
+        `trajectory_key(wiring.trajectory_queue, rank)` (shared memory on one host, for the
+        actor side to `get`) and return None in its place.
         mode "eval" keeps no trajectory (returns None) and uses the eval sampling spec."""
         if mode not in self.sampling:
             raise ValueError(f"RolloutWorker: no sampling spec for mode {mode!r}; have {sorted(self.sampling)}")
@@ -113,15 +117,18 @@ class RolloutWorker:
         if not keep:
             return None, metrics
         traj = self._build(rec)
-        if send_to is None:
+        if not send:
             return traj, metrics
-        self.channel.put(traj, send_to)
+        if self.wiring.trajectories is None:
+            raise ValueError("generate(send=True) needs ChannelWiring.trajectories (the actor channel)")
+        self.wiring.trajectories.put(traj, trajectory_key(self.wiring.trajectory_queue, self.rank))
         return None, metrics
 
     def _receive(self, stage: int, step: int) -> list[EnvStepMessage]:
         # Zero-copy: everything kept from a message is copied out (np.concatenate, prepare_inputs),
         # and its segment returns to the env worker when the message is dropped.
-        msgs = [self.channel.get(obs_key(self.rank, stage), copy=False) for _ in self.env_ranks]
+        key = obs_key(self.wiring.obs_queue, self.rank, stage)
+        msgs = [self.wiring.obs.get(key, copy=False) for _ in self.env_ranks]
         msgs.sort(key=lambda m: m.env_rank)
         if [m.env_rank for m in msgs] != self.env_ranks or any(m.step != step for m in msgs):
             got = [(m.env_rank, m.step) for m in msgs]
@@ -140,7 +147,8 @@ class RolloutWorker:
     def _send_actions(self, stage: int, step: int, actions: np.ndarray, sizes: list[int]) -> None:
         start = 0
         for env_rank, n in zip(self.env_ranks, sizes):
-            self.channel.put(ActionMessage(stage, step, actions[start : start + n]), action_key(env_rank, stage))
+            key = action_key(self.wiring.action_queue, env_rank, stage)
+            self.wiring.actions.put(ActionMessage(stage, step, actions[start : start + n]), key)
             start += n
 
     def _record_step(self, rec: dict, out, msgs: list[EnvStepMessage]) -> None:
@@ -216,4 +224,4 @@ class RolloutWorker:
         self.generator.set_state(state)
 
     def close(self) -> None:
-        self.channel.close()
+        self.wiring.close()
