@@ -122,8 +122,12 @@ def main() -> None:
             _, env_m, roll_m = epoch(envs, rollouts, 2)
             per_forward = roll_m["time/rollout/infer_s"] / 3  # 2 chunk steps + the last-value forward
             repeats = max(1, round(env_m["time/env/step_s"] / 2 / per_forward / args.envs))
-            print(f"calibration: env {env_m['time/env/step_s']:.2f} s vs infer {roll_m['time/rollout/infer_s']:.2f} s "
-                  f"per 2 chunk steps -> {repeats} extra forwards per sample")
+            for _ in range(2):  # refine: the first estimate misses per-call overheads
+                rollouts.run("set_policy_repeats", repeats)
+                _, env_m, roll_m = epoch(envs, rollouts, 2)
+                repeats = max(1, round(repeats * env_m["time/env/step_s"] / roll_m["time/rollout/infer_s"]))
+            print(f"calibration: {repeats} extra forwards per sample (last: env {env_m['time/env/step_s']:.2f} s, "
+                  f"inference {roll_m['time/rollout/infer_s']:.2f} s per 2 chunk steps)")
         rollouts.run("set_policy_repeats", repeats)
         walls[stages] = []
         for _ in range(args.epochs):
