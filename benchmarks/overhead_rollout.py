@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import tempfile
 import time
 from types import SimpleNamespace
@@ -131,6 +132,7 @@ def measure_loop(env_cfg: EnvConfig, args) -> float:
         g.shutdown()
     channel.shutdown()
     cluster.shutdown()
+    shutil.rmtree(os.path.dirname(model_dir))
     return t
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -141,6 +142,7 @@ def main() -> None:
         rollouts.shutdown()
         channel.shutdown()
     cluster.shutdown()
+    shutil.rmtree(model_dir)
     t1, t2 = statistics.median(walls[1]), statistics.median(walls[2])
     print(f"pinned: {args.pin}; extra forwards per sample: {repeats}")
     print(f"median wall per epoch ({args.envs} envs, {args.chunk_steps} chunk steps): 1 stage {t1:.2f} s, 2 stages {t2:.2f} s")
