@@ -87,7 +87,7 @@ def read_metrics(run_dir: Path) -> dict[int, dict]:
 
 def learning_metrics(row: dict) -> dict:
     """Everything but wall-clock figures, which differ between runs by nature."""
-    return {k: v for k, v in row.items() if not k.startswith("time/")}
+    return {k: v for k, v in row.items() if k != "time" and not k.startswith("time/")}
 
 
 @pytest.fixture(scope="module")

@@ -90,6 +90,31 @@ def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def replace_paths(node: Any, prefix: str = "") -> list[tuple[str, ...]]:
+    """Paths of schema fields marked `metadata={"merge": "replace"}`: a value set by a config
+    replaces the default instead of merging into it (e.g. a placement is one partition)."""
+    out: list[tuple[str, ...]] = []
+    for f in dataclasses.fields(node):
+        value = getattr(node, f.name)
+        if f.metadata.get("merge") == "replace":
+            out.append((*prefix, f.name))
+        elif dataclasses.is_dataclass(value):
+            out.extend(replace_paths(value, (*prefix, f.name)))
+    return out
+
+
+def _drop_replaced(tree: dict[str, Any], update: dict[str, Any]) -> None:
+    for path in replace_paths(RootConfig()):
+        base, upd = tree, update
+        for key in path[:-1]:
+            base, upd = base.get(key), upd.get(key) if isinstance(upd, dict) else None
+            if not isinstance(base, dict) or not isinstance(upd, dict):
+                break
+        else:
+            if path[-1] in upd and isinstance(base, dict):
+                base.pop(path[-1], None)
+
+
 def _parse_defaults(defaults: Any, path: Path) -> dict[str, str]:
     if not isinstance(defaults, list):
         raise ConfigError(f"{path}: 'defaults' must be a list like [env/<name>@env.train, env/<name>@env.eval]")
@@ -124,6 +149,7 @@ def compose(name_or_path: str, overrides: Sequence[str] = ()) -> dict[str, Any]:
     for section, name in picks.items():
         env_yaml = read_yaml(find_env_config(name, section, dirs))
         tree["env"][section] = deep_merge(dataclasses.asdict(EnvConfig()), env_yaml)
+    _drop_replaced(tree, raw)
     tree = deep_merge(tree, raw)
     for ov in parsed:
         if ov.key in ("env.train", "env.eval") and isinstance(ov.value, str):

@@ -199,3 +199,17 @@ def export_policy(ckpt_dir: str | Path, model_cfg, out_dir: str | Path, *, merge
     out = Path(out_dir)
     (policy.export_merged if merged else policy.save_checkpoint)(out)
     return out
+
+
+def load_trainable_weights(path: str, run_dir: str | Path) -> tuple[dict[str, torch.Tensor], int]:
+    """`runner.ckpt_path` -> (trainable tensors, weight version) of a training checkpoint.
+
+    Accepts what resume_dir accepts: a checkpoints/global_step_N directory, a run directory, 'latest'."""
+    from safetensors.torch import load_file
+
+    d = resolve_resume_dir(path, run_dir)
+    weights = actor_dir(d) / ACTOR_WEIGHTS
+    if not weights.is_file():
+        raise CheckpointError(f"runner.ckpt_path={path}: {weights} is missing; pass a checkpoint written by embodied-rl train")
+    meta = json.loads((d / META).read_text())
+    return load_file(str(weights)), max(1, int(meta["weight_version"]))

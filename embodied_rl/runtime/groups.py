@@ -16,7 +16,7 @@ from embodied_rl.config.schema import RootConfig
 from embodied_rl.errors import ConfigError
 from embodied_rl.runtime.channel import Channel
 from embodied_rl.runtime.worker_group import RayCluster, WorkerGroup
-from embodied_rl.workers.messages import SamplingSpec
+from embodied_rl.workers.messages import ChannelWiring, SamplingSpec
 
 SETUP_TIMEOUT_S = 900.0
 
@@ -39,7 +39,7 @@ def sampling_specs(cfg: RootConfig) -> dict[str, SamplingSpec]:
 @dataclass
 class Groups:
     cluster: RayCluster
-    channel: Channel
+    wiring: ChannelWiring
     env: WorkerGroup
     rollout: WorkerGroup
     actor: WorkerGroup | None
@@ -48,7 +48,8 @@ class Groups:
         for group in (self.env, self.rollout, self.actor):
             if group is not None:
                 group.shutdown()
-        self.channel.shutdown()
+        for channel in {id(c): c for c in (self.wiring.obs, self.wiring.actions, self.wiring.trajectories)}.values():
+            channel.shutdown()
         self.cluster.shutdown()
 
 
@@ -56,15 +57,14 @@ def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs
     cluster = RayCluster.from_config(cfg.cluster)
     try:
         placement = cluster.placement(cfg.cluster.component_placement)
-        channel = Channel.create(cfg.env.channel.name, queue_size=cfg.env.channel.queue_size,
-                                 run_id=f"{run_name[:16]}-{uuid.uuid4().hex[:6]}")
+        wiring = _wiring(cfg, run_id=f"{run_name[:16]}-{uuid.uuid4().hex[:6]}")
         n_env, n_rollout = placement["env"].num_processes, placement["rollout"].num_processes
         _check_env_split(cfg, n_env, n_rollout)
         rollout_model = dataclasses.replace(cfg.actor.model, model_path=cfg.rollout.model.model_path)
         # Rollout workers register their consumer keys in __init__, before env workers send.
         rollout = WorkerGroup(
             _rollout_cls(), cluster, placement, "rollout", name=cfg.rollout.group_name,
-            args=(rollout_model, channel),
+            args=(rollout_model, wiring),
             kwargs=dict(num_env_workers=n_env, pipeline_stage_num=cfg.rollout.pipeline_stage_num,
                         sampling=sampling_specs(cfg), compute_values=cfg.algorithm.uses_critic,
                         enable_offload=cfg.rollout.enable_offload, seed=cfg.runner.seed),
@@ -73,7 +73,7 @@ def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs
         env_cfgs = {"eval": cfg.env.eval} if cfg.runner.only_eval else {"train": cfg.env.train, "eval": cfg.env.eval}
         env = WorkerGroup(
             _env_cls(), cluster, placement, "env", name=cfg.env.group_name,
-            args=(env_cfgs, channel),
+            args=(env_cfgs, wiring),
             kwargs=dict(num_rollout_workers=n_rollout, pipeline_stage_num=cfg.rollout.pipeline_stage_num,
                         video_dirs=video_dirs, run_name=run_name),
         )
@@ -82,10 +82,20 @@ def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs
             actor = WorkerGroup(_actor_cls(), cluster, placement, "actor", name=cfg.actor.group_name, args=(cfg,))
             addr, port = ray.get(actor.workers[0].get_master_address.remote())
             actor.run("setup", addr, port, timeout=SETUP_TIMEOUT_S)
-        return Groups(cluster, channel, env, rollout, actor)
+        return Groups(cluster, wiring, env, rollout, actor)
     except BaseException:
         cluster.shutdown()
         raise
+
+
+def _wiring(cfg: RootConfig, run_id: str) -> ChannelWiring:
+    """One channel per direction, each from its own config section (name, queue, bound)."""
+    sections = {"obs": cfg.env.channel, "actions": cfg.rollout.channel, "trajectories": cfg.actor.channel}
+    return ChannelWiring(
+        **{key: Channel.create(c.name, queue_size=c.queue_size, run_id=f"{run_id}-{key}") for key, c in sections.items()},
+        obs_queue=cfg.env.channel.queue_name, action_queue=cfg.rollout.channel.queue_name,
+        trajectory_queue=cfg.actor.channel.queue_name,
+    )
 
 
 def _check_env_split(cfg: RootConfig, n_env: int, n_rollout: int) -> None:

@@ -63,8 +63,8 @@ class EmbodiedRunner:
         extra = state.extra
         if self.reward_stats is not None and "reward_stats" in extra:
             self.reward_stats.load_state_dict(extra["reward_stats"])
-        for worker, rng in zip(self.groups.rollout.workers, extra.get("rollout_rng", [])):
-            worker.set_rng_state.remote(rng)
+        self.groups.rollout.gather(self.groups.rollout.call_each("set_rng_state", [(rng,) for rng in extra["rollout_rng"]]))
+        self.groups.env.gather(self.groups.env.call_each("set_state", [(st,) for st in extra["env_state"]]))
         self._sync_weights()
         log.info("resumed from %s at global step %d (weight version %d)", path, self.global_step, self.version)
 
@@ -161,7 +161,8 @@ class EmbodiedRunner:
         return 0
 
     def save(self) -> Path:
-        extra: dict[str, Any] = {"rollout_rng": self.groups.rollout.run("get_rng_state")}
+        extra: dict[str, Any] = {"rollout_rng": self.groups.rollout.run("get_rng_state"),
+                                 "env_state": self.groups.env.run("get_state")}
         if self.reward_stats is not None:
             extra["reward_stats"] = self.reward_stats.state_dict()
         with ckpt.checkpoint_writer(self.run_dir, self.global_step) as tmp:

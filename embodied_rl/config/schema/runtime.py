@@ -21,7 +21,7 @@ class ClusterConfig:
     num_nodes: int = field(default=1, metadata={"help": "Nodes of the Ray cluster to use; the run waits until this many are connected."})
     component_placement: dict[str, str] = field(
         default_factory=lambda: {"actor,env,rollout": "all"},
-        metadata={"help": "Mapping 'component[,component...]' -> ranks: 'all', '3', '0,2', '0-3', '0-3,5'. Ranks are GPUs (CPU worker slots on a machine without GPUs)."},
+        metadata={"merge": "replace", "help": "Mapping 'component[,component...]' -> ranks: 'all', '3', '0,2', '0-3', '0-3,5'; 'ranks:processes' (e.g. '0-1:0-3') runs more processes than slots. Ranks are GPUs (CPU worker slots on a machine without GPUs). A config that sets it replaces the default mapping as a whole."},
     )
     address: str | None = field(default=None, metadata={"help": "Ray address of an existing cluster (e.g. 10.0.0.1:6379); null = $RAY_ADDRESS if set, else start Ray locally."})
     num_cpu_slots: int | None = field(default=None, metadata={"help": "On nodes without GPUs: worker slots per node that placement ranks refer to (processes on one slot share one CPU); null = the node's CPU count."})
