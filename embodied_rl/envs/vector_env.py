@@ -28,6 +28,7 @@ from embodied_rl.config.schema.env import EnvConfig
 from embodied_rl.envs.action_adapter import ActionAdapter
 from embodied_rl.envs.backend import SimulatorBackend
 from embodied_rl.envs.messages import ChunkStepResult, EnvObservation, EpisodeSummary
+from embodied_rl.envs.metrics import episode_metrics
 from embodied_rl.errors import ConfigError
 
 _MAX_SEED = 2**31 - 1
@@ -242,18 +243,9 @@ class ChunkedVectorEnv:
         return self._active.copy()
 
     def pop_metrics(self) -> dict[str, float]:
-        """Means over the episodes finished since the last call (RLinf's env/* metric names)."""
+        """Means over the episodes finished since the last call, overall and per task (envs/metrics.py)."""
         eps, self._finished = self._finished, []
-        if not eps:
-            return {"num_trajectories": 0.0}
-        return {
-            "success_once": float(np.mean([e.success_once for e in eps])),
-            "success_at_end": float(np.mean([e.success_at_end for e in eps])),
-            "return": float(np.mean([e.episode_return for e in eps])),
-            "episode_len": float(np.mean([e.episode_len for e in eps])),
-            "fail_rate": float(np.mean([e.failed for e in eps])),
-            "num_trajectories": float(len(eps)),
-        }
+        return episode_metrics(eps)
 
     def begin_video(self, global_step: int, checkpoint_step: int, mode: str, run_name: str) -> None:
         """Start recording (no-op without `video_cfg.save_video`); call before the epoch's reset()."""

@@ -20,6 +20,7 @@ import ray
 from embodied_rl.algorithms import RunningRewardStats, compute_advantages
 from embodied_rl.config.loader import to_yaml
 from embodied_rl.config.schema import RootConfig
+from embodied_rl.envs.metrics import merge_metrics
 from embodied_rl.runtime import checkpoint as ckpt
 from embodied_rl.runtime.groups import Groups, build_groups, check_batch_fits, chunk_steps_per_epoch
 from embodied_rl.runtime.metrics_logger import MetricsLogger
@@ -196,18 +197,10 @@ def _actor_batch(batch: dict) -> dict:
 
 
 def _merge_env_metrics(parts: list[dict[str, float]], prefix: str) -> dict[str, float]:
-    """Episode-weighted means over env workers; time/* as the slowest worker's."""
-    out: dict[str, float] = {}
-    total = sum(p.get("env/num_trajectories", 0.0) for p in parts)
-    for key in {k for p in parts for k in p}:
-        vals = [p[key] for p in parts if key in p]
-        if key.startswith("time/"):
-            out[key] = max(vals)
-        elif key == "env/num_trajectories":
-            out[f"{prefix}/num_trajectories"] = total
-        elif total:
-            weights = [p.get("env/num_trajectories", 0.0) for p in parts if key in p]
-            out[f"{prefix}/{key.split('/', 1)[1]}"] = sum(v * w for v, w in zip(vals, weights)) / max(sum(weights), 1e-9)
+    """Episode-weighted means over env workers, renamed env/* -> <prefix>/*; time/* as the slowest worker's."""
+    out = {f"{prefix}/{k[4:]}": v for k, v in merge_metrics(parts, "env/").items()}
+    for key in {k for p in parts for k in p if k.startswith("time/")}:
+        out[key] = max(p[key] for p in parts if key in p)
     return out
 
 

@@ -12,6 +12,7 @@ import time
 
 from embodied_rl.config.schema.env import EnvConfig
 from embodied_rl.envs import ChunkedVectorEnv, make_env
+from embodied_rl.envs.metrics import merge_metrics
 from embodied_rl.errors import ConfigError
 from embodied_rl.runtime.channel import Channel
 from embodied_rl.workers.messages import (
@@ -159,15 +160,9 @@ class EnvWorker:
 
     @staticmethod
     def _pop_metrics(envs: list[ChunkedVectorEnv]) -> dict[str, float]:
-        """Episode-weighted means over all stages (env/* names)."""
-        parts = [e.pop_metrics() for e in envs]
-        total = sum(p["num_trajectories"] for p in parts)
-        out = {"env/num_trajectories": total}
-        if total:
-            for key in parts[0]:
-                if key != "num_trajectories":
-                    out[f"env/{key}"] = float(sum(p.get(key, 0.0) * p["num_trajectories"] for p in parts) / total)
-        return out
+        """Episode-weighted means over all stages (env/* names, per task with a /<task_id> suffix)."""
+        merged = merge_metrics([e.pop_metrics() for e in envs])
+        return {f"env/{k}": v for k, v in merged.items()}
 
     def release(self, mode: str) -> None:
         """Close the `mode` envs (their simulator processes); they are rebuilt on next use."""

@@ -1,0 +1,27 @@
+from embodied_rl.envs.messages import EpisodeSummary
+from embodied_rl.envs.metrics import episode_metrics, merge_metrics
+
+
+def ep(task: str, success: bool, ret: float) -> EpisodeSummary:
+    return EpisodeSummary(env_index=0, task_id=task, instruction="", reset_id=0, episode_return=ret,
+                          episode_len=10, success_once=success, success_at_end=success, failed=False)
+
+
+def test_per_task_means_and_episode_weighted_merge():
+    a = episode_metrics([ep("t1", True, 1.0), ep("t1", False, 0.0), ep("t2", True, 2.0)])
+    b = episode_metrics([ep("t2", False, 0.0)])
+    assert a["success_once/t1"] == 0.5 and a["num_trajectories/t2"] == 1
+    merged = merge_metrics([a, b])
+    assert merged["num_trajectories"] == 4 and merged["success_once"] == 0.5
+    assert merged["success_once/t2"] == 0.5 and merged["return/t2"] == 1.0
+    assert merged["success_once/t1"] == 0.5 and merged["num_trajectories/t1"] == 2
+
+
+def test_no_episodes_reports_a_zero_count():
+    assert episode_metrics([]) == {"num_trajectories": 0.0}
+    assert merge_metrics([episode_metrics([])]) == {"num_trajectories": 0.0}
+
+
+def test_prefixed_merge_ignores_other_keys():
+    parts = [{"env/success_once": 1.0, "env/num_trajectories": 1.0, "time/env/step_s": 3.0}]
+    assert merge_metrics(parts, "env/") == {"env/success_once": 1.0, "env/num_trajectories": 1.0}
