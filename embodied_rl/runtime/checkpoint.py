@@ -143,7 +143,7 @@ def resolve_resume_dir(resume_dir: str, run_dir: str | Path) -> Path:
 def load_runner_state(ckpt_dir: str | Path, *, restore_rng: bool = True) -> RunnerState:
     """Read the driver's part and (by default) put the driver's RNGs back where they were."""
     d = Path(ckpt_dir)
-    state = torch.load(d / RUNNER_STATE, weights_only=False)
+    state = torch.load(d / RUNNER_STATE, weights_only=True)
     if restore_rng:
         restore_rng_state(state["rng"])
     return RunnerState(int(state["global_step"]), int(state["weight_version"]), state["extra"], d)

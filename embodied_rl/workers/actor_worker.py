@@ -224,9 +224,9 @@ class ActorWorker:
             raise FileNotFoundError(f"{path}: not an actor checkpoint (no {STATE_FILE}); pass a checkpoint directory written by embodied-rl train")
         weights = load_file(str(path / WEIGHTS_FILE)) if self.rank == 0 else None
         fsdp.load_full_into(self.policy.trainable_state_dict(), weights, self.rank, str(path / WEIGHTS_FILE))
-        optim = torch.load(path / OPTIM_FILE, weights_only=False) if self.rank == 0 else {}
+        optim = torch.load(path / OPTIM_FILE, weights_only=True) if self.rank == 0 else {}
         fsdp.load_full_optimizer_state_dict(self.policy, self.optimizer, optim)
-        box = [torch.load(path / STATE_FILE, weights_only=False)] if self.rank == 0 else [None]
+        box = [torch.load(path / STATE_FILE, weights_only=True)] if self.rank == 0 else [None]
         dist.broadcast_object_list(box, src=0)
         state = box[0]
         self.scheduler.load_state_dict(state["scheduler"])

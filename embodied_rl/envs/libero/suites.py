@@ -87,8 +87,14 @@ def load_init_states(init_states_file: str) -> np.ndarray:
 
     if not os.path.isfile(init_states_file):
         raise ConfigError(f"LIBERO init-state file {init_states_file} is missing; reinstall libero==0.1.1")
-    # The .pruned_init files are numpy arrays pickled with torch.save (trusted package data).
-    states = torch.load(init_states_file, weights_only=False)
+    # The .pruned_init files are numpy arrays pickled with torch.save: allow exactly the numpy
+    # globals an array needs, so no other code can run at load time.
+    from numpy._core import multiarray
+
+    allowed = [(multiarray._reconstruct, "numpy.core.multiarray._reconstruct"), np.ndarray, np.dtype,
+               type(np.dtype("float64"))]
+    with torch.serialization.safe_globals(allowed):
+        states = torch.load(init_states_file, weights_only=True)
     return np.asarray(states, dtype=np.float64)
 
 
