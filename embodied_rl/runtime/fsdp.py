@@ -104,7 +104,8 @@ def apply_fsdp2(policy: nn.Module, fsdp_cfg, world_size: int, device: torch.devi
     """Shard `policy` in place with FSDP2 and return it. Parameters become DTensors."""
     param_dtype, reduce_dtype, buffer_dtype = check_precision(fsdp_cfg, device)
     for buf_name, buf in policy.named_buffers():
-        if buf.is_floating_point() and buf.dtype != buffer_dtype:
+        # RoPE frequencies stay fp32 (as in transformers): bf16 inv_freq shifts every position's angle.
+        if buf.is_floating_point() and buf.dtype != buffer_dtype and not buf_name.endswith("inv_freq"):
             owner, _, leaf = buf_name.rpartition(".")
             policy.get_submodule(owner)._buffers[leaf] = buf.to(buffer_dtype)
     mesh = device_mesh(fsdp_cfg, world_size, device)

@@ -202,7 +202,9 @@ class OpenVLAOFTPolicy(BasePolicy):
 
     def fsdp_units(self) -> list[nn.Module]:
         core = lora.unwrap(self.vla)
-        units: list[nn.Module] = [*(b for t in core.vision_backbone.towers for b in t.blocks), core.projector]
+        # The projector stays in the root unit: its Linear on [B, S, D] returns a view, which FSDP2
+        # warns about for units (unsafe under in-place ops); the root is gathered for the embeddings anyway.
+        units: list[nn.Module] = [b for t in core.vision_backbone.towers for b in t.blocks]
         units += list(core.language_model.model.layers)
         units += [m for m in (self.proprio_projector, self.value_head) if m is not None]
         return units
