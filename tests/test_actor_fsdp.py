@@ -165,11 +165,9 @@ def test_bad_batch_sizes_and_unsupported_settings_are_one_line_errors(lora_cfg):
 
 
 @pytest.mark.parametrize("overrides, expect", [
-    ((), {"param_dtype": torch.float32, "reshard_after_forward": True, "placements": ["Shard"], "local_fraction": 0.5,
-          "buffer_dtypes": {torch.float32}}),
-    (("actor.fsdp_config.sharding_strategy=shard_grad_op", "actor.fsdp_config.mixed_precision.param_dtype=bf16",
-      "actor.fsdp_config.mixed_precision.buffer_dtype=bf16"),
-     {"param_dtype": torch.bfloat16, "reshard_after_forward": False, "placements": ["Shard"], "buffer_dtypes": {torch.bfloat16}}),
+    ((), {"param_dtype": torch.float32, "reshard_after_forward": True, "placements": ["Shard"], "local_fraction": 0.5}),
+    (("actor.fsdp_config.sharding_strategy=shard_grad_op", "actor.fsdp_config.mixed_precision.param_dtype=bf16"),
+     {"param_dtype": torch.bfloat16, "reshard_after_forward": False, "placements": ["Shard"]}),
     (("actor.fsdp_config.sharding_strategy=no_shard",), {"placements": ["Replicate", "Shard"], "local_fraction": 1.0}),
 ])
 def test_fsdp_config_keys_take_effect(actor_hosts, model_dir, overrides, expect):  # noqa: F811
@@ -178,3 +176,4 @@ def test_fsdp_config_keys_take_effect(actor_hosts, model_dir, overrides, expect)
     for f in facts:
         assert f["reduce_dtype"] == torch.float32
         assert {k: f[k] for k in expect} == expect
+        assert f["buffer_dtypes"] == {torch.float32}  # RoPE frequencies stay fp32 whatever param_dtype is

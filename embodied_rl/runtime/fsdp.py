@@ -68,10 +68,13 @@ def init_process_group(rank: int, world_size: int, master_addr: str, master_port
     dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s), init_method=f"tcp://{master_addr}:{master_port}")
 
 
-def check_precision(fsdp_cfg, device: torch.device) -> tuple[torch.dtype, torch.dtype, torch.dtype]:
-    """(param, reduce, buffer) dtypes, rejecting combinations this actor cannot train with."""
+def check_precision(fsdp_cfg, device: torch.device) -> tuple[torch.dtype, torch.dtype]:
+    """(param, reduce) dtypes, rejecting combinations this actor cannot train with.
+
+    There is no buffer dtype: the policy's only float buffers are RoPE frequencies, which must
+    stay fp32 (as in transformers); a bf16 copy would shift every position's rotation angle."""
     mp = fsdp_cfg.mixed_precision
-    names = {"param_dtype": mp.param_dtype, "reduce_dtype": mp.reduce_dtype, "buffer_dtype": mp.buffer_dtype}
+    names = {"param_dtype": mp.param_dtype, "reduce_dtype": mp.reduce_dtype}
     for key, name in names.items():
         if name not in DTYPES:
             raise ConfigError(f"actor.fsdp_config.mixed_precision.{key}={name!r} is not valid; choose one of: {', '.join(DTYPES)}")
@@ -82,7 +85,7 @@ def check_precision(fsdp_cfg, device: torch.device) -> tuple[torch.dtype, torch.
             raise ConfigError(f"actor.fsdp_config.mixed_precision.{key}=bf16 is not supported by {torch.cuda.get_device_name()}; use fp32")
     if fsdp_cfg.cpu_offload and device.type != "cuda":
         raise ConfigError("actor.fsdp_config.cpu_offload=true needs a GPU actor (on CPU the parameters already live in host memory); set it false")
-    return DTYPES[mp.param_dtype], DTYPES[mp.reduce_dtype], DTYPES[mp.buffer_dtype]
+    return DTYPES[mp.param_dtype], DTYPES[mp.reduce_dtype]
 
 
 def device_mesh(fsdp_cfg, world_size: int, device: torch.device) -> DeviceMesh:
@@ -102,12 +105,7 @@ def sharding_units(policy: nn.Module) -> list[nn.Module]:
 
 def apply_fsdp2(policy: nn.Module, fsdp_cfg, world_size: int, device: torch.device) -> nn.Module:
     """Shard `policy` in place with FSDP2 and return it. Parameters become DTensors."""
-    param_dtype, reduce_dtype, buffer_dtype = check_precision(fsdp_cfg, device)
-    for buf_name, buf in policy.named_buffers():
-        # RoPE frequencies stay fp32 (as in transformers): bf16 inv_freq shifts every position's angle.
-        if buf.is_floating_point() and buf.dtype != buffer_dtype and not buf_name.endswith("inv_freq"):
-            owner, _, leaf = buf_name.rpartition(".")
-            policy.get_submodule(owner)._buffers[leaf] = buf.to(buffer_dtype)
+    param_dtype, reduce_dtype = check_precision(fsdp_cfg, device)
     mesh = device_mesh(fsdp_cfg, world_size, device)
     kwargs = {
         "mesh": mesh,

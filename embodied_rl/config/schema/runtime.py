@@ -103,7 +103,6 @@ class OptimConfig:
 class MixedPrecisionConfig:
     param_dtype: Dtype = field(default="${actor.model.precision}", metadata={"help": "Dtype of parameters in forward/backward: fp32 | bf16 | fp16."})
     reduce_dtype: Dtype = field(default="fp32", metadata={"help": "Dtype of the gradient reduce-scatter/all-reduce."})
-    buffer_dtype: Dtype = field(default="fp32", metadata={"help": "Dtype of module buffers."})
 
 
 @dataclass
