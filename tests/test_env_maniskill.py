@@ -85,16 +85,19 @@ def test_episode_end_inside_chunk_with_auto_reset(holder):
     first_ids = env.reset_ids.copy()
     res = env.chunk_step(random_chunk(4))
     assert res.truncations[:, 2].all() and res.truncations.sum() == N and not res.terminations.any()
-    assert res.done_mask.all() and res.active_mask.all()
-    assert (res.rewards != 0).all()  # dense reward: the new episode's step 3 is paid as well
+    assert res.done_mask.all() and res.active_mask[:, :3].all() and not res.active_mask[:, 3].any()
+    assert (res.rewards[:, :3] != 0).all() and (res.rewards[:, 3] == 0).all()  # no stepping after the end
     assert [e.episode_len for e in res.episodes] == [3, 3]
     for e in res.episodes:  # the summary is the first 3 steps' rewards
         np.testing.assert_allclose(e.episode_return, res.rewards[e.env_index, :3].sum(), rtol=1e-5)
         assert e.reset_id == first_ids[e.env_index] and not e.failed
-    # a new episode started: new reset ids, and the returned obs is 1 step into it
-    assert (env.reset_ids != first_ids).all()
+    # a new episode started at the chunk boundary: new reset ids, obs is its first observation
+    assert (env.reset_ids != first_ids).all() and env.active.all()
     assert res.final_obs is not None
     assert not np.array_equal(res.final_obs.main_images, res.obs.main_images)
+    fresh = vec(holder, max_episode_steps=3, auto_reset=False)
+    fresh.set_reset_ids(env.reset_ids.copy())
+    np.testing.assert_array_equal(fresh.reset().main_images, res.obs.main_images)
     assert env.pop_metrics()["num_trajectories"] == N
     # the final observation is the terminal one: replaying the episode reproduces it
     replay = vec(holder, max_episode_steps=3, auto_reset=False)
@@ -202,7 +205,8 @@ def test_hung_subprocess_times_out_and_is_restarted(holder, caplog):
         pool.options = dataclasses.replace(pool.options, step_timeout_s=SubprocConfig().step_timeout_s)
     assert "sub-env 0" in caplog.text and "hung" in caplog.text
     assert res.terminations[0, 0] and res.episodes[0].failed
-    assert res.active_mask.all()  # auto_reset: the rebuilt env continues with a new episode
+    assert res.active_mask[1].all() and not res.active_mask[0, 1]  # the failed env idles for the chunk
+    assert env.active.all()  # auto_reset: the rebuilt env starts a new episode at the chunk boundary
     assert pool.pids()[0] != victim
 
 

@@ -38,11 +38,13 @@ def test_recorded_rollout_decodes_and_sidecar_matches(tmp_path):
         env.close()
     assert path == str(tmp_path / "video" / "train" / "step_000007" / "worker1_stage0.mp4")
     frames = iio.imread(path)
-    assert frames.shape == (10, 128, 512, 3)  # reset frame + 9 steps; 1x2 grid of 128x256 tiles
+    # reset frame, 3 + 1 steps (the episode ends at step 4, the rest of that chunk idles), the new
+    # episode's first frame at the chunk boundary, 3 steps; 1x2 grid of 128x256 tiles
+    assert frames.shape == (9, 128, 512, 3)
     side = json.loads((tmp_path / "video" / "train" / "step_000007" / "worker1_stage0.json").read_text())
     assert SIDECAR_KEYS <= set(side)
     assert side["grid"] == {"rows": 1, "cols": 2, "tile_height": 128, "tile_width": 256, "num_envs": 2}
-    assert (side["num_frames"], side["fps"], side["global_step"], side["checkpoint_step"]) == (10, 10, 7, 6)
+    assert (side["num_frames"], side["fps"], side["global_step"], side["checkpoint_step"]) == (9, 10, 7, 6)
     assert (side["mode"], side["run_name"], side["simulator"], side["env_worker"]) == ("train", "vid-test", "maniskill", 1)
     finished = [e for e in side["episodes"] if e["finished"]]
     assert all(EPISODE_KEYS <= set(e) for e in side["episodes"])
@@ -54,7 +56,7 @@ def test_recorded_rollout_decodes_and_sidecar_matches(tmp_path):
         assert entry["return"] == pytest.approx(e.episode_return, rel=1e-5) and entry["failed"] is False
         assert entry["instruction"] == "stack the red cube on the green cube" and entry["task_id"] == "StackCube-v1"
     env0 = [(e["frame_start"], e["frame_end"], e["finished"]) for e in side["episodes"] if e["env_index"] == 0]
-    assert env0 == [(0, 5, True), (5, 9, True), (9, 10, False)]
+    assert env0 == [(0, 5, True), (5, 9, False)]
 
 
 def test_grid_layout_and_even_dimensions(tmp_path):

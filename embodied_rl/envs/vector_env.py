@@ -1,12 +1,13 @@
 """`ChunkedVectorEnv`: the episode semantics shared by every simulator (RLinf's env keys).
 
 Choices (documented in docs/CONFIG.md as well):
-- An episode end inside a chunk: with `auto_reset` the sub-env is reset right after the step
-  that ended it; its terminal observation goes to `final_obs` (for bootstrapping) and the
-  remaining actions of the chunk are executed in the *new* episode (they were computed for the
-  old one, but a chunk is open-loop anyway, and this keeps every sub-env stepping in lockstep).
-  Without `auto_reset` the sub-env stays done: it is not stepped any more, pays zero reward and
-  has `active_mask` False until the next `reset()`.
+- An episode end inside a chunk: the sub-env is not stepped for the rest of the chunk (those
+  actions were computed for the finished episode), pays zero reward and has `active_mask` False
+  there. With `auto_reset` it is reset at the chunk boundary: `obs` holds the new episode's first
+  observation (what the next chunk is computed from) and `final_obs` the terminal one (for
+  bootstrapping). So every chunk's actions act on the episode they were computed for, and the
+  loss masks of embodied_rl.algorithms (steps after an end inside a chunk) match what ran.
+  Without `auto_reset` the sub-env stays done until the next `reset()`.
 - Termination/truncation flags are set at the step where the episode ended (not folded onto the
   chunk's last index); `done_mask` says whether any step of the chunk ended an episode.
 - Reset ids: episode k (counted from the last `reset()`) of group g in rollout epoch e (the
@@ -205,18 +206,22 @@ class ChunkedVectorEnv:
                 episodes.append(summary)
                 if self.recorder is not None and self.recorder.recording:
                     self.recorder.episode_end(summary)
-            if not cfg.auto_reset:
-                self._active[done] = False
-                continue
-            for i in done:
-                final_rows[int(i)] = (
-                    obs.main_images[i].copy(), obs.states[i].copy(),
-                    None if obs.wrist_images is None else obs.wrist_images[i].copy(),
-                )
-            self._episode_k[done] += 1
-            ids = np.array([self.draw_reset_id(int(i), int(self._episode_k[i])) for i in done], np.int64)
-            _set_rows(obs, done, self.backend.reset(done, ids))
-            self._start_episodes(done, ids)
+            self._active[done] = False
+            if cfg.auto_reset:
+                for i in done:
+                    final_rows[int(i)] = (
+                        obs.main_images[i].copy(), obs.states[i].copy(),
+                        None if obs.wrist_images is None else obs.wrist_images[i].copy(),
+                    )
+        if final_rows:  # auto_reset: new episodes start at the chunk boundary
+            ended = np.array(sorted(final_rows), np.int64)
+            self._episode_k[ended] += 1
+            ids = np.array([self.draw_reset_id(int(i), int(self._episode_k[i])) for i in ended], np.int64)
+            _set_rows(obs, ended, self.backend.reset(ended, ids))
+            self._start_episodes(ended, ids)
+            self._active[ended] = True
+            if self.recorder is not None and self.recorder.recording:  # the new episodes' first frame
+                self.recorder.add_frame(obs, np.zeros(n, np.float32), self._success_now, self._elapsed)
         self._obs = obs
         self._finished.extend(episodes)
         return ChunkStepResult(
