@@ -25,3 +25,11 @@ def test_no_episodes_reports_a_zero_count():
 def test_prefixed_merge_ignores_other_keys():
     parts = [{"env/success_once": 1.0, "env/num_trajectories": 1.0, "time/env/step_s": 3.0}]
     assert merge_metrics(parts, "env/") == {"env/success_once": 1.0, "env/num_trajectories": 1.0}
+
+
+def test_eval_reset_ids_spread_over_tasks_and_share_within_groups():
+    from embodied_rl.runtime.runner import spread_reset_ids
+
+    assert spread_reset_ids(100, 2) == [0, 50]  # LIBERO, 2 tasks x 50 init states: one env per task
+    assert spread_reset_ids(500, 20) == [25 * i for i in range(20)]
+    assert spread_reset_ids(100, 4, group_size=2) == [0, 0, 50, 50]

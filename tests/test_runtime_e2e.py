@@ -13,14 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import imageio.v3 as iio
 import pytest
+from cli_runs import read_metrics, run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.maniskill]
 
@@ -70,19 +68,6 @@ actor:
     add_value_head: true
     value_type: chunk_level
 """
-
-
-def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, WANDB_MODE="offline", PYTHONUNBUFFERED="1")
-    proc = subprocess.run([sys.executable, "-m", "embodied_rl.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == 0, f"{args} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-    return proc
-
-
-def read_metrics(run_dir: Path) -> dict[int, dict]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return {int(r["step"]): r for r in rows}
 
 
 def learning_metrics(row: dict) -> dict:

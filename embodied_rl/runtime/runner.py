@@ -76,10 +76,11 @@ class EmbodiedRunner:
         self.groups.rollout.run("update_weights", sd, version)
 
     # ------------------------------------------------------------------ phases
-    def rollout(self, mode: str) -> tuple[Trajectory | None, dict[str, float]]:
+    def rollout(self, mode: str, reset_ids: list[int] | None = None) -> tuple[Trajectory | None, dict[str, float]]:
         """One rollout epoch on env.<mode>: env workers step while rollout workers infer."""
         g, steps = self.groups, chunk_steps_per_epoch(self.cfg, mode)
-        env_refs = g.env.call("interact", steps, mode, global_step=self.global_step, checkpoint_step=self.version)
+        env_refs = g.env.call("interact", steps, mode, global_step=self.global_step, checkpoint_step=self.version,
+                              reset_ids=reset_ids)
         roll_refs = g.rollout.call("generate", steps, mode)
         env_out, roll_out = g.env.gather(env_refs), g.rollout.gather(roll_refs)
         metrics = _merge_env_metrics(env_out, prefix="env" if mode == "train" else "eval")
@@ -128,9 +129,20 @@ class EmbodiedRunner:
 
     def evaluate(self) -> dict[str, float]:
         t0 = time.perf_counter()
-        _, metrics = self.rollout("eval")
+        _, metrics = self.rollout("eval", self._eval_reset_ids())
         metrics["time/eval_s"] = time.perf_counter() - t0
         return metrics
+
+    def _eval_reset_ids(self) -> list[int] | None:
+        """Evaluation states spread evenly over all initial states (LIBERO: every task), the same
+        for every evaluation; None where states are unbounded (seeds): the env's seeded stream."""
+        env_cfg = self.cfg.env.eval
+        if not env_cfg.use_fixed_reset_state_ids:
+            return None
+        num_states = self.groups.env.run("num_reset_ids", "eval")[0]
+        if num_states is None:
+            return None
+        return spread_reset_ids(num_states, env_cfg.total_num_envs, env_cfg.group_size)
 
     # ------------------------------------------------------------------ loops
     def train(self) -> int:
@@ -194,6 +206,14 @@ def _actor_batch(batch: dict) -> dict:
     if "values" in batch:
         out["values"] = batch["values"][:-1]
     return out
+
+
+def spread_reset_ids(num_states: int, num_envs: int, group_size: int = 1) -> list[int]:
+    """Reset id per sub-env: groups of `group_size` share one, groups spaced evenly over [0, num_states).
+
+    With LIBERO's r = 50 * task + init_state, N groups over T tasks cover every task equally."""
+    groups = num_envs // group_size
+    return [(g * num_states) // groups for g in range(groups) for _ in range(group_size)]
 
 
 def _merge_env_metrics(parts: list[dict[str, float]], prefix: str) -> dict[str, float]:

@@ -103,6 +103,10 @@ class EnvWorker:
             for env, epoch in zip(self._envs.get(mode, []), epochs):
                 env.epoch = epoch
 
+    def num_reset_ids(self, mode: str = "eval") -> int | None:
+        """Distinct initial states of the `mode` envs (None = unbounded, e.g. ManiSkill seeds)."""
+        return self._stage_envs(mode)[0].backend.num_reset_ids()
+
     def num_envs(self, mode: str = "train") -> int:
         return self.per_stage[mode] * self.stages
 

@@ -1,0 +1,21 @@
+"""Run the real CLI in a subprocess (as a user would) and read what a run wrote."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, WANDB_MODE="offline", PYTHONUNBUFFERED="1")
+    proc = subprocess.run([sys.executable, "-m", "embodied_rl.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, f"{args} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    return proc
+
+
+def read_metrics(run_dir: Path) -> dict[int, dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return {int(r["step"]): r for r in rows}
