@@ -105,3 +105,21 @@ def test_bad_action_is_rejected(env):
         env.step(np.zeros(6))
     with pytest.raises(ValueError, match="finite"):
         env.step(np.full(7, np.nan))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("suite", ["libero_object", "libero_10", "libero_90"])
+def test_every_other_suite_resets_from_a_fixed_init_state_and_steps_a_chunk(suite):
+    # libero_spatial and libero_goal are stepped above and in test_env_libero_pool.py;
+    # libero_130 is their union (its task list is checked in test_env_libero_setup.py).
+    e = LiberoSubEnv(LiberoParams(**{**PARAMS, "task_suite_name": suite, "task_ids": [0]}))
+    try:
+        first = e.reset(7)
+        assert first["main_image"].shape == (SIZE, SIZE, 3) and first["state"].shape == (8,)
+        assert e.task()[0] == f"{suite}_task0" and e.init_state_id == 7
+        for _ in range(8):  # one chunk of OFT's 8 actions
+            obs, reward, terminated, success = e.step(NOOP_ACTION)
+        assert obs["wrist_image"].dtype == np.uint8 and not terminated and reward == 0.0
+        assert _same(e.reset(7), first)  # the fixed init state reproduces the first observation
+    finally:
+        e.close()

@@ -25,6 +25,13 @@ import numpy as np
 
 from embodied_rl.envs.messages import EnvObservation, EpisodeSummary
 
+# imageio-ffmpeg starts ffmpeg with preexec_fn=os.setpgrp, i.e. Python code between fork and
+# exec. From our encoder thread in a process with other threads (torch, Ray, Playwright) the
+# forked child can deadlock on a lock another thread held, and the encoder waits forever (seen
+# in the test suite). Without preexec_fn the fork/exec is async-signal-safe; the cost is that
+# Ctrl-C also reaches ffmpeg, which then finishes the file it is writing.
+os.environ.setdefault("IMAGEIO_FFMPEG_NO_PREVENT_SIGINT", "1")
+
 SCHEMA_VERSION = 1
 MIN_TILE_HEIGHT = 128  # tiles are upscaled (integer factor) to this height so text stays legible
 
