@@ -130,9 +130,8 @@ def test_worker_error_names_group_and_rank(workers):
         envs.run("interact", 1, "bogus")
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="offload is valid with a GPU; the rejection is CPU-only")
 def test_rollout_offload_rejected_on_cpu(model_cfg):
-    if torch.cuda.is_available():
-        pytest.skip("offload is valid with a GPU")  # conditional: the rejection is CPU-only
     with pytest.raises(ConfigError, match="rollout.enable_offload"):
         RolloutWorker(model_cfg, None, rank=0, world_size=1, num_env_workers=1, pipeline_stage_num=1,
                       sampling={}, compute_values=False, enable_offload=True)
