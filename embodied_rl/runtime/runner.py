@@ -11,6 +11,8 @@ statistics): the continued run matches an uninterrupted one.
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -148,23 +150,20 @@ class EmbodiedRunner:
     def train(self) -> int:
         cfg = self.cfg.runner
         with MetricsLogger(cfg.logger, self.run_dir, total_steps=cfg.max_steps, start_step=self.global_step,
-                           config=_plain(self.cfg)) as logger:
-            try:
-                while self.global_step < cfg.max_steps:
-                    metrics = self.train_step()
-                    self.global_step += 1
-                    if cfg.val_check_interval > 0 and self.global_step % cfg.val_check_interval == 0:
-                        metrics.update(self.evaluate())
-                    logger.log(self.global_step, metrics)
-                    if cfg.save_interval > 0 and self.global_step % cfg.save_interval == 0:
-                        self.save()
-            except KeyboardInterrupt:
-                log.warning("interrupted: saving a checkpoint at global step %d", self.global_step)
-                if self.global_step > 0:
+                           config=_plain(self.cfg)) as logger, GracefulStop() as stop:
+            while self.global_step < cfg.max_steps and not stop.requested:
+                metrics = self.train_step()
+                self.global_step += 1
+                if cfg.val_check_interval > 0 and self.global_step % cfg.val_check_interval == 0:
+                    metrics.update(self.evaluate())
+                logger.log(self.global_step, metrics)
+                if cfg.save_interval > 0 and self.global_step % cfg.save_interval == 0:
                     self.save()
-                return 130
             if self.global_step > 0:
                 self.save()
+            if stop.requested:
+                log.warning("stopped by Ctrl-C after global step %d; resume with runner.resume_dir=latest", self.global_step)
+                return 130
         return 0
 
     def eval_only(self) -> int:
@@ -206,6 +205,30 @@ def _actor_batch(batch: dict) -> dict:
     if "values" in batch:
         out["values"] = batch["values"][:-1]
     return out
+
+
+class GracefulStop:
+    """First Ctrl-C: finish the running step, save a checkpoint, exit 130 (a step stopped halfway
+    would leave the actor's weights and the driver's step count out of step). Second: abort now."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous = None
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        log.warning("Ctrl-C: finishing this training step, then saving a checkpoint (press again to abort)")
+
+    def __enter__(self) -> GracefulStop:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
 
 
 def spread_reset_ids(num_states: int, num_envs: int, group_size: int = 1) -> list[int]:
