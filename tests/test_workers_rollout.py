@@ -60,7 +60,8 @@ def workers(ray_session, model_cfg):  # noqa: F811
         "wiring": wiring, "num_rollout_workers": 1, "pipeline_stage_num": STAGES})
     rollouts = WorkerGroup(RolloutWorker, cluster, placement, "rollout", kwargs={
         "model_cfg": model_cfg, "wiring": wiring, "num_env_workers": 1, "pipeline_stage_num": STAGES,
-        "sampling": {"train": SamplingSpec(), "eval": SamplingSpec(do_sample=False)}, "compute_values": True})
+        "sampling": {"train": SamplingSpec(), "eval": SamplingSpec(do_sample=False)}, "compute_values": True,
+        "compute_ref_logprobs": True})
     yield envs, rollouts, wiring
     envs.run("close")
     envs.shutdown()
@@ -86,6 +87,9 @@ def test_rollout_trajectory_has_documented_shapes(workers):
     assert traj.action_tokens.shape == (T, N, C * A) and traj.action_tokens.dtype == torch.int64
     assert traj.logprobs.shape == (T, N, C * A) and torch.isfinite(traj.logprobs).all()
     assert (traj.logprobs <= 0).all()
+    # Before any weight sync the policy is the reference checkpoint: the KL reference agrees.
+    assert traj.ref_logprobs.shape == traj.logprobs.shape and torch.equal(traj.ref_logprobs, traj.logprobs)
+    assert "ref_logprobs" in traj.to_batch()
     for name in ("rewards", "terminations", "truncations", "dones"):
         assert getattr(traj, name).shape == (T, N, C), name
     assert traj.rewards.dtype == torch.float32 and traj.dones.dtype == torch.bool
@@ -143,7 +147,7 @@ def test_trajectory_orders_envs_by_env_rank_then_stage():
     from types import SimpleNamespace
 
     k, stages, n, steps = 2, 2, 3, 2
-    me = SimpleNamespace(env_ranks=[0, 1], stages=stages, compute_values=True, version=7)
+    me = SimpleNamespace(env_ranks=[0, 1], stages=stages, compute_values=True, version=7, ref_policy=None)
     rec = []
     for s in range(stages):
         ids = torch.tensor([e * stages * n + s * n + i for e in range(k) for i in range(n)], dtype=torch.float32)

@@ -35,6 +35,16 @@ def _rollout_backend(cfg: RootConfig) -> None:
 
 
 @config_check
+def _kl_kind_the_runtime_can_feed(cfg: RootConfig) -> None:
+    a = cfg.algorithm
+    if (a.kl_beta > 0 or a.use_kl_loss) and a.kl_penalty == "full":
+        raise ConfigError(
+            "algorithm.kl_penalty: 'full' needs the full 256-bin distributions of every token, which the "
+            "rollout does not store; use kl, abs, mse or low_var_kl"
+        )
+
+
+@config_check
 def _positive(cfg: RootConfig) -> None:
     for key, value in (
         ("cluster.num_nodes", cfg.cluster.num_nodes),

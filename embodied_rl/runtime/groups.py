@@ -67,7 +67,8 @@ def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs
             args=(rollout_model, wiring),
             kwargs=dict(num_env_workers=n_env, pipeline_stage_num=cfg.rollout.pipeline_stage_num,
                         sampling=sampling_specs(cfg), compute_values=cfg.algorithm.uses_critic,
-                        enable_offload=cfg.rollout.enable_offload, seed=cfg.runner.seed),
+                        enable_offload=cfg.rollout.enable_offload, seed=cfg.runner.seed,
+                        compute_ref_logprobs=needs_reference(cfg)),
         )
         rollout.run("get_rng_state", timeout=SETUP_TIMEOUT_S)  # barrier: consumers registered
         env_cfgs = {"eval": cfg.env.eval} if cfg.runner.only_eval else {"train": cfg.env.train, "eval": cfg.env.eval}
@@ -86,6 +87,11 @@ def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs
     except BaseException:
         cluster.shutdown()
         raise
+
+
+def needs_reference(cfg: RootConfig) -> bool:
+    """KL to the reference policy (reward shaping or loss term) needs its log-probs at rollout."""
+    return cfg.algorithm.kl_beta > 0 or cfg.algorithm.use_kl_loss
 
 
 def _wiring(cfg: RootConfig, run_id: str) -> ChannelWiring:

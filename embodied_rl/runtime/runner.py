@@ -196,7 +196,8 @@ class EmbodiedRunner:
             self.groups = None
 
 
-ACTOR_KEYS = ("forward_inputs", "action_tokens", "logprobs", "advantages", "loss_mask", "returns", "value_mask")
+ACTOR_KEYS = ("forward_inputs", "action_tokens", "logprobs", "advantages", "loss_mask", "returns", "value_mask",
+              "ref_logprobs")
 
 
 def _actor_batch(batch: dict) -> dict:

@@ -124,6 +124,8 @@ class Trajectory:
       bootstrap_values float32 [T, N] V(final_obs) at chunk steps where the sub-env auto-reset
                        (0 elsewhere); None without values
       version          weight version the actions were sampled with
+      ref_logprobs     float32 [T, N, L] log-probs of the same tokens under the frozen reference
+                       policy (the checkpoint as loaded), for algorithm.kl_beta / use_kl_loss; else None
     """
 
     forward_inputs: dict[str, torch.Tensor]
@@ -137,6 +139,7 @@ class Trajectory:
     values: torch.Tensor | None
     bootstrap_values: torch.Tensor | None
     version: int
+    ref_logprobs: torch.Tensor | None = None
 
     @property
     def num_steps(self) -> int:
@@ -156,6 +159,8 @@ class Trajectory:
         if self.values is not None:
             batch["values"] = self.values
             batch["bootstrap_values"] = self.bootstrap_values
+        if self.ref_logprobs is not None:
+            batch["ref_logprobs"] = self.ref_logprobs
         return batch
 
 
@@ -173,5 +178,6 @@ def concat_trajectories(parts: list[Trajectory]) -> Trajectory:
         rewards=cat([p.rewards for p in parts]), terminations=cat([p.terminations for p in parts]),
         truncations=cat([p.truncations for p in parts]), dones=cat([p.dones for p in parts]),
         active_mask=cat([p.active_mask for p in parts]), values=cat([p.values for p in parts]),
+        ref_logprobs=cat([p.ref_logprobs for p in parts]),
         bootstrap_values=cat([p.bootstrap_values for p in parts]), version=parts[0].version,
     )

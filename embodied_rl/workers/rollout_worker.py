@@ -57,6 +57,7 @@ class RolloutWorker:
         compute_values: bool,
         enable_offload: bool = False,
         seed: int = 0,
+        compute_ref_logprobs: bool = False,
     ):
         from embodied_rl.models.registry import build_policy
 
@@ -68,6 +69,8 @@ class RolloutWorker:
         self.env_ranks = [e for e in range(num_env_workers) if rollout_rank_of(e, num_env_workers, world_size) == rank]
         self.sampling, self.compute_values, self.enable_offload = sampling, compute_values, enable_offload
         self.policy = build_policy(model_cfg, device=self.device).eval()
+        # The KL reference is the checkpoint as loaded; it never receives weight syncs.
+        self.ref_policy = build_policy(model_cfg, device=self.device).eval() if compute_ref_logprobs else None
         self.version = 0
         self.generator = torch.Generator(device=self.device).manual_seed(seed * 1000 + rank)
         for s in range(self.stages):
@@ -108,6 +111,10 @@ class RolloutWorker:
                     self._send_actions(s, t, out.actions.float().cpu().numpy(), [m.obs.num_envs for m in msgs])
                     if keep:
                         self._record_step(rec[s], out, msgs)
+                        if self.ref_policy is not None:
+                            ref = self.ref_policy.evaluate_actions(self._inputs(obs), out.action_tokens, temperature=spec.temperature,
+                                                                   top_k=spec.top_k, compute_values=False)
+                            rec[s]["ref_logprobs"].append(ref["logprobs"].float().cpu())
                 elif keep and self.compute_values:
                     rec[s]["last_values"].append(self._values(obs))
                 infer_s += time.perf_counter() - t1
@@ -199,6 +206,7 @@ class RolloutWorker:
             action_tokens=field("action_tokens"), logprobs=field("logprobs"), rewards=field("rewards"),
             terminations=field("terminations"), truncations=field("truncations"), dones=field("dones"),
             active_mask=field("active_mask"), values=values, bootstrap_values=boot, version=self.version,
+            ref_logprobs=field("ref_logprobs") if self.ref_policy is not None else None,
         )
 
     # ------------------------------------------------------------------ weights / memory
