@@ -46,7 +46,7 @@ class Case:
 def _maniskill_cfg(args: argparse.Namespace) -> EnvConfig:
     return EnvConfig(
         env_type="maniskill", task_description="pick up the red cube", max_episode_steps=50, auto_reset=True,
-        init_params=dict(id=args.task or "PickCube-v1", camera_heights=args.size, camera_widths=args.size),
+        init_params={"id": args.task or "PickCube-v1", "camera_heights": args.size, "camera_widths": args.size},
     )
 
 
@@ -56,7 +56,7 @@ def _maniskill_make(task: str, size: int):
     from mani_skill.utils.wrappers.gymnasium import CPUGymWrapper
 
     env = gym.make(task, obs_mode="rgb", control_mode="pd_ee_delta_pose", render_backend="cpu",
-                   sim_backend="physx_cpu", reward_mode="sparse", sensor_configs=dict(width=size, height=size))
+                   sim_backend="physx_cpu", reward_mode="sparse", sensor_configs={"width": size, "height": size})
     return CPUGymWrapper(env)
 
 
@@ -96,8 +96,8 @@ def _libero_cfg(args: argparse.Namespace) -> EnvConfig:
     # Episodes longer than the measurement: both paths step without resets.
     return EnvConfig(
         env_type="libero", max_episode_steps=100_000, auto_reset=True,
-        init_params=dict(task_suite_name=args.task or "libero_spatial", task_ids=[0],
-                         camera_heights=args.size, camera_widths=args.size),
+        init_params={"task_suite_name": args.task or "libero_spatial", "task_ids": [0],
+                         "camera_heights": args.size, "camera_widths": args.size},
     )
 
 
@@ -129,7 +129,9 @@ def _libero_raw(args: argparse.Namespace, n: int) -> RawStepper:
                 env.step(rng.uniform(-1, 1, 7))
 
         return RawStepper(step1, env.close)
-    from libero.libero.envs import SubprocVectorEnv  # LIBERO's own process-per-env vector env
+    from libero.libero.envs import (
+        SubprocVectorEnv,  # LIBERO's own process-per-env vector env
+    )
 
     venv = SubprocVectorEnv([functools.partial(_libero_make, suite, args.size)] * n)
 

@@ -15,7 +15,11 @@ import pytest
 
 from embodied_rl.config.schema.env import EnvConfig, SubprocConfig
 from embodied_rl.envs import ChunkedVectorEnv, make_env
-from embodied_rl.envs.maniskill import ManiSkillBackend, ManiSkillParams, MissingAssetError
+from embodied_rl.envs.maniskill import (
+    ManiSkillBackend,
+    ManiSkillParams,
+    MissingAssetError,
+)
 
 pytestmark = pytest.mark.maniskill
 
@@ -24,8 +28,8 @@ PARAMS = ManiSkillParams(id="PickCube-v1", camera_heights=64, camera_widths=64, 
 
 
 def env_cfg(**kw) -> EnvConfig:
-    base = dict(env_type="maniskill", task_description="pick up the red cube", seed=3,
-                init_params=dataclasses.asdict(PARAMS))
+    base = {"env_type": "maniskill", "task_description": "pick up the red cube", "seed": 3,
+                "init_params": dataclasses.asdict(PARAMS)}
     base.update(kw)
     return EnvConfig(**base)
 
@@ -211,7 +215,7 @@ def test_hung_subprocess_times_out_and_is_restarted(holder, caplog):
 
 
 def test_missing_asset_task_gives_one_line_error():
-    cfg = env_cfg(init_params=dict(id="PutCarrotOnPlateInScene-v1", camera_heights=64, camera_widths=64))
+    cfg = env_cfg(init_params={"id": "PutCarrotOnPlateInScene-v1", "camera_heights": 64, "camera_widths": 64})
     with pytest.raises(MissingAssetError) as err:
         make_env(cfg, 1)
     msg = str(err.value)

@@ -23,7 +23,7 @@ def test_recorded_rollout_decodes_and_sidecar_matches(tmp_path):
     # StackCube has a wrist (hand) camera: each tile is main | wrist, 64 px upscaled to 128.
     cfg = EnvConfig(
         env_type="maniskill", task_description="stack the red cube on the green cube", max_episode_steps=4,
-        auto_reset=True, seed=1, init_params=dict(id="StackCube-v1", camera_heights=64, camera_widths=64),
+        auto_reset=True, seed=1, init_params={"id": "StackCube-v1", "camera_heights": 64, "camera_widths": 64},
         video_cfg=VideoConfig(save_video=True, video_base_dir=str(tmp_path / "unused"), fps=10),
     )
     env = make_env(cfg, 2, video_dir=str(tmp_path / "video" / "train"), env_worker=1, stage=0)

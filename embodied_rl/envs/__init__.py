@@ -2,7 +2,13 @@
 from __future__ import annotations
 
 from embodied_rl.config.schema.env import EnvConfig
-from embodied_rl.envs.backend import SimulatorBackend, SubEnv, available_simulators, get_simulator, register_simulator
+from embodied_rl.envs.backend import (
+    SimulatorBackend,
+    SubEnv,
+    available_simulators,
+    get_simulator,
+    register_simulator,
+)
 from embodied_rl.envs.messages import ChunkStepResult, EnvObservation, EpisodeSummary
 from embodied_rl.envs.vector_env import ChunkedVectorEnv
 from embodied_rl.errors import ConfigError

@@ -58,7 +58,7 @@ class SubEnv(ABC):
     def task(self) -> tuple[str, str]:
         """(task_id, instruction) of the current episode."""
 
-    def close(self) -> None:  # noqa: B027 - optional hook
+    def close(self) -> None:
         """Release the simulator."""
 
 
@@ -106,7 +106,7 @@ class SimulatorBackend(ABC):
     def task_of(self, env_index: int) -> tuple[str, str]:
         """(task_id, instruction) the sub-env is currently running."""
 
-    def close(self) -> None:  # noqa: B027 - optional hook
+    def close(self) -> None:
         """Release simulator processes and contexts."""
 
 

@@ -56,7 +56,7 @@ def _child_main(conn: Connection, factory: SubEnvFactory, rank: int, environ: di
     os.environ.update(environ)
     try:
         env = factory(rank)
-    except BaseException as err:  # report construction errors (e.g. missing assets) verbatim
+    except BaseException as err:  # noqa: BLE001 - report construction errors (e.g. missing assets) verbatim
         conn.send(_Reply(False, _picklable(err)))
         conn.close()
         return
@@ -77,7 +77,7 @@ def _child_main(conn: Connection, factory: SubEnvFactory, rank: int, environ: di
             else:
                 raise ValueError(f"unknown pool command {cmd!r}")
             conn.send(_Reply(True, result))
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - any simulator error becomes a restart
             conn.send(_Reply(False, RuntimeError(f"{type(err).__name__}: {err}\n{traceback.format_exc()}")))
     try:
         env.close()
@@ -91,7 +91,7 @@ def _picklable(err: BaseException) -> BaseException:
     try:
         pickle.dumps(err)
         return err
-    except Exception:
+    except Exception:  # noqa: BLE001 - unpicklable exceptions travel as text
         return RuntimeError(f"{type(err).__name__}: {err}")
 
 

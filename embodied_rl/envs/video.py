@@ -98,7 +98,7 @@ class VideoRecorder:
         out_dir = os.path.join(self.base_dir, f"step_{global_step:06d}")
         os.makedirs(out_dir, exist_ok=True)
         self._path = os.path.join(out_dir, f"{self.tag}.mp4")
-        self._meta = dict(run_name=run_name, mode=mode, global_step=int(global_step), checkpoint_step=int(checkpoint_step))
+        self._meta = {"run_name": run_name, "mode": mode, "global_step": int(global_step), "checkpoint_step": int(checkpoint_step)}
         self._episodes, self._open, self._num_frames, self._grid, self._error = [], {}, 0, None, None
         self._queue = queue.Queue(maxsize=self.queue_size)
         self._thread = threading.Thread(target=self._encode_loop, name=f"video-{self.tag}", daemon=True)
@@ -185,7 +185,7 @@ class VideoRecorder:
         rows, cols = grid_shape(n)
         th, tw = h * scale, tw * scale
         if self._grid is None:
-            self._grid = dict(rows=rows, cols=cols, tile_height=th, tile_width=tw, num_envs=n)
+            self._grid = {"rows": rows, "cols": cols, "tile_height": th, "tile_width": tw, "num_envs": n}
         canvas = np.zeros((rows * th + (rows * th) % 2, cols * tw + (cols * tw) % 2, 3), np.uint8)
         for i in range(n):
             tile = frame.main[i] if frame.wrist is None else np.concatenate([frame.main[i], frame.wrist[i]], axis=1)
@@ -219,7 +219,7 @@ class VideoRecorder:
                         macro_block_size=1, ffmpeg_log_level="error",
                     )
                 writer.append_data(image)
-        except BaseException as err:  # surfaced to the env thread on the next add_frame/end
+        except BaseException as err:  # noqa: BLE001 - surfaced to the env thread on the next add_frame/end
             self._error = err
             while self._queue.get() is not None:  # drain so the producer never blocks forever
                 pass

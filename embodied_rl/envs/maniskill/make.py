@@ -62,15 +62,15 @@ def make_gym_env(params: ManiSkillParams, num_envs: int = 1) -> Any:
         raise ConfigError(
             f"env.init_params.id={params.id!r} is not a ManiSkill task; e.g. {OFFLINE_TASKS}"
         )
-    kwargs: dict[str, Any] = dict(
-        obs_mode=params.obs_mode,
-        control_mode=params.control_mode,
-        reward_mode=params.reward_mode,
-        render_backend=params.render_backend,
-        sim_backend="physx_cuda" if params.sim_backend == "gpu" else "physx_cpu",
-        num_envs=num_envs,
-        sensor_configs=dict(width=params.camera_widths, height=params.camera_heights),
-    )
+    kwargs: dict[str, Any] = {
+        "obs_mode": params.obs_mode,
+        "control_mode": params.control_mode,
+        "reward_mode": params.reward_mode,
+        "render_backend": params.render_backend,
+        "sim_backend": "physx_cuda" if params.sim_backend == "gpu" else "physx_cpu",
+        "num_envs": num_envs,
+        "sensor_configs": {"width": params.camera_widths, "height": params.camera_heights},
+    }
     if params.robot_uids is not None:
         kwargs["robot_uids"] = params.robot_uids
     try:
