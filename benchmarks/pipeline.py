@@ -1,19 +1,23 @@
 """Pipelined rollout: wall time of a rollout epoch with 2 pipeline stages vs 1.
 
-Real pieces: 1 EnvWorker (ManiSkill PickCube-v1, CPU sim, one process per sub-env, 64 px) and
-1 RolloutWorker (tiny OpenVLA-OFT) as Ray actors on separate slots, talking through the
-shared-memory channel. The tiny policy costs ~30 ms per batch while a chunk of 8 CPU-sim steps
-costs ~1 s, so overlap could not show; the benchmark therefore runs the *real* policy forward K
-times per batch, with K calibrated so that inference time ~= env time per chunk step (the
-regime a 7B policy on a GPU is in). Stages=1 steps all sub-envs, then infers; stages=2 steps
-half the sub-envs while the other half is inferred.
+Real pieces: per setting 1 EnvWorker (ManiSkill PickCube-v1, CPU sim, one process per sub-env,
+64 px) and 1 RolloutWorker (tiny OpenVLA-OFT, greedy, with values) as Ray actors, talking
+through the shared-memory channel. The tiny policy costs ~30 ms per batch while a chunk of 8
+CPU-sim steps costs ~0.5 s, so overlap could not show; the benchmark therefore runs the *real*
+policy forward K extra times per sample, with K calibrated so that inference time ~= env time
+(the regime a 7B policy on a GPU is in). Stages=1 steps all sub-envs, then infers; stages=2
+steps half the sub-envs while the other half is inferred.
 
-By default the env worker and its simulator processes are pinned to core 0 and the rollout
-worker to core 1, the resource model of a real deployment (simulators on their CPUs, the
+One epoch is exactly one episode (max_episode_steps = chunk steps x chunk length), so every
+epoch simulates the same kind of work; both settings live side by side and their epochs
+alternate, so the drifts of a shared machine hit both alike.
+
+By default the env workers and their simulator processes are pinned to core 0 and the rollout
+workers to core 1, the resource model of a real deployment (simulators on their CPUs, the
 policy on its accelerator). Unpinned on a 2-core box, the sims and the policy compete for
 the same two cores, so overlap cannot save time (see docs/BENCHMARKS.md).
 
-    python benchmarks/pipeline.py [--envs 2] [--chunk-steps 4] [--epochs 3]
+    python benchmarks/pipeline.py [--envs 2] [--chunk-steps 10] [--epochs 3]
 """
 from __future__ import annotations
 
@@ -70,20 +74,27 @@ class CalibratedRolloutWorker(RolloutWorker):
         self.policy.predict = repeated
 
 
-def env_cfg(n: int, size: int) -> EnvConfig:
+CHUNK = ModelConfig().num_action_chunks  # actions per chunk of the tiny preset
+
+
+def env_cfg(n: int, size: int, chunk_steps: int) -> EnvConfig:
+    # One epoch = exactly one episode (auto-reset at its end), so every timed epoch of either
+    # setting simulates the same workload: episode positions, resets and contacts line up.
     return EnvConfig(env_type="maniskill", task_description="pick up the red cube", total_num_envs=n,
-                     max_episode_steps=400, auto_reset=True,
+                     max_episode_steps=chunk_steps * CHUNK, auto_reset=True,
                      init_params={"id": "PickCube-v1", "camera_heights": size, "camera_widths": size})
 
 
-def build(cluster, placement, model_cfg, args, stages: int):
+def build(cluster, model_cfg, args, stages: int):
+    """Env + rollout worker of one setting; slots 0/1 (stages 1) or 2/3 (stages 2), pinned to cores 0/1."""
+    placement = cluster.placement({"env": str(2 * (stages - 1)), "rollout": str(2 * (stages - 1) + 1)})
     channel = Channel.create(f"pipeline{stages}", queue_size=2)
     envs = WorkerGroup(PinnedEnvWorker, cluster, placement, "env", kwargs={
-        "env_cfgs": {"train": env_cfg(args.envs, args.size)}, "wiring": ChannelWiring.single(channel), "num_rollout_workers": 1,
-        "pipeline_stage_num": stages})
+        "env_cfgs": {"train": env_cfg(args.envs, args.size, args.chunk_steps)}, "wiring": ChannelWiring.single(channel),
+        "num_rollout_workers": 1, "pipeline_stage_num": stages})
     rollouts = WorkerGroup(CalibratedRolloutWorker, cluster, placement, "rollout", kwargs={
         "model_cfg": model_cfg, "wiring": ChannelWiring.single(channel), "num_env_workers": 1, "pipeline_stage_num": stages,
-        "sampling": {"train": SamplingSpec()}, "compute_values": True})
+        "sampling": {"train": SamplingSpec(do_sample=False)}, "compute_values": True})
     if args.pin:
         envs.run("pin", 0)
         rollouts.run("pin", 1)
@@ -98,45 +109,53 @@ def epoch(envs, rollouts, steps: int) -> tuple[float, dict, dict]:
     return time.perf_counter() - t0, env_m, roll_m
 
 
+def calibrate(envs, rollouts, args) -> int:
+    """Extra forwards per sample that make inference ~= env stepping, on 1-stage epochs."""
+    _, env_m, roll_m = epoch(envs, rollouts, args.chunk_steps)
+    per_forward = roll_m["time/rollout/infer_s"] / (args.chunk_steps + 1)  # + the last-value forward
+    repeats = max(1, round(env_m["time/env/step_s"] / args.chunk_steps / per_forward / args.envs))
+    estimates = []
+    for _ in range(3):  # refine (the first estimate misses per-call overheads); median: sims are noisy
+        rollouts.run("set_policy_repeats", repeats)
+        _, env_m, roll_m = epoch(envs, rollouts, args.chunk_steps)
+        estimates.append(max(1, round(repeats * env_m["time/env/step_s"] / roll_m["time/rollout/infer_s"])))
+        repeats = estimates[-1]
+    repeats = round(statistics.median(estimates))
+    print(f"calibration: {repeats} extra forwards per sample (estimates {estimates})", flush=True)
+    return repeats
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--envs", type=int, default=2, help="sub-envs of the env worker (one sim process each)")
-    ap.add_argument("--chunk-steps", type=int, default=4)
+    ap.add_argument("--chunk-steps", type=int, default=10, help="chunk steps per epoch (= one episode)")
     ap.add_argument("--epochs", type=int, default=3, help="timed rollout epochs per setting")
     ap.add_argument("--size", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=0, help="policy forwards per batch; 0 = calibrate")
+    ap.add_argument("--repeats", type=int, default=0, help="extra forwards per sample; 0 = calibrate")
     ap.add_argument("--no-pin", dest="pin", action="store_false",
-                    help="do not pin the env worker (+ its sims) to core 0 and the rollout worker to core 1")
+                    help="do not pin the env workers (+ their sims) to core 0 and the rollout workers to core 1")
     args = ap.parse_args()
     configure_process_env()
-    cluster = RayCluster(num_cpu_slots=2)
-    placement = cluster.placement({"env": "0", "rollout": "1"})
+    cluster = RayCluster(num_cpu_slots=4)  # 2 settings x (env, rollout); idle ones cost no CPU
     model_dir = tempfile.mkdtemp(prefix="tiny-oft-")
     make_model_main(["tiny", model_dir + "/m", "--image-size", str(args.size)])
     model_cfg = ModelConfig(model_path=model_dir + "/m", add_value_head=True)
-    walls: dict[int, list[float]] = {}
-    repeats = args.repeats
-    for stages in (1, 2):
-        channel, envs, rollouts = build(cluster, placement, model_cfg, args, stages)
-        _, env_m, roll_m = epoch(envs, rollouts, 1)  # warm-up: sim start, first forward
-        if repeats == 0:  # calibrate on the 1-stage setting (all sub-envs, full batches)
-            _, env_m, roll_m = epoch(envs, rollouts, 2)
-            per_forward = roll_m["time/rollout/infer_s"] / 3  # 2 chunk steps + the last-value forward
-            repeats = max(1, round(env_m["time/env/step_s"] / 2 / per_forward / args.envs))
-            for _ in range(2):  # refine: the first estimate misses per-call overheads
-                rollouts.run("set_policy_repeats", repeats)
-                _, env_m, roll_m = epoch(envs, rollouts, 2)
-                repeats = max(1, round(repeats * env_m["time/env/step_s"] / roll_m["time/rollout/infer_s"]))
-            print(f"calibration: {repeats} extra forwards per sample (last: env {env_m['time/env/step_s']:.2f} s, "
-                  f"inference {roll_m['time/rollout/infer_s']:.2f} s per 2 chunk steps)")
+    settings = {stages: build(cluster, model_cfg, args, stages) for stages in (1, 2)}
+    for stages, (_, envs, rollouts) in settings.items():
+        epoch(envs, rollouts, args.chunk_steps)  # warm-up: sim start, first forward
+    repeats = args.repeats or calibrate(*settings[1][1:], args)
+    walls: dict[int, list[float]] = {1: [], 2: []}
+    for _, _, rollouts in settings.values():
         rollouts.run("set_policy_repeats", repeats)
-        walls[stages] = []
-        for _ in range(args.epochs):
+    # Epochs of the two settings alternate, so slow drifts of this shared machine hit both alike.
+    for _ in range(args.epochs):
+        for stages, (_, envs, rollouts) in settings.items():
             wall, env_m, roll_m = epoch(envs, rollouts, args.chunk_steps)
             walls[stages].append(wall)
             print(f"stages={stages}: wall {wall:6.2f} s  env stepping {env_m['time/env/step_s']:6.2f} s  "
                   f"env waiting {env_m['time/env/wait_actions_s']:6.2f} s  inference {roll_m['time/rollout/infer_s']:6.2f} s",
                   flush=True)
+    for channel, envs, rollouts in settings.values():
         envs.run("close")
         envs.shutdown()
         rollouts.shutdown()

@@ -99,6 +99,8 @@ def test_rollout_trajectory_has_documented_shapes(workers):
     # Episodes are C*T steps long: every sub-env is truncated at the last step of the last chunk.
     assert traj.truncations[-1, :, -1].all() and not traj.truncations[0].any()
     assert (traj.bootstrap_values[-1] != 0).all() and (traj.bootstrap_values[0] == 0).all()
+    # One forward after the last chunk serves both: every row reset, so its last value is V(final obs).
+    assert torch.equal(traj.values[-1, :, 0], traj.bootstrap_values[-1])
     for key, value in traj.forward_inputs.items():
         assert value.shape[:2] == (T, N), key
     assert env_metrics["env/num_trajectories"] == N

@@ -101,8 +101,7 @@ class RolloutWorker:
                 msgs = self._receive(s, t)
                 t1 = time.perf_counter()
                 wait_s += t1 - t0
-                if t > 0 and keep:
-                    self._record_outcome(rec[s], msgs)
+                final_values = self._record_outcome(rec[s], msgs) if t > 0 and keep else None
                 obs = concat_obs([m.obs for m in msgs])
                 if t < n_chunk_steps:
                     out = self.policy.predict(self._inputs(obs), do_sample=spec.do_sample, temperature=spec.temperature,
@@ -116,7 +115,9 @@ class RolloutWorker:
                                                                    top_k=spec.top_k, compute_values=False)
                             rec[s]["ref_logprobs"].append(ref["logprobs"].float().cpu())
                 elif keep and self.compute_values:
-                    rec[s]["last_values"].append(self._values(obs))
+                    # V(final obs) equals V(obs) on rows that did not reset, and rows that did are done
+                    # at the last step, where GAE ignores the next value: one forward serves both.
+                    rec[s]["last_values"].append(final_values if final_values is not None else self._values(obs))
                 infer_s += time.perf_counter() - t1
         if self.enable_offload:
             self.offload()
@@ -168,17 +169,21 @@ class RolloutWorker:
                 raise ConfigError("the critic needs a value head: set actor.model.add_value_head=true or use a critic-free adv_type")
             rec["values"].append(out.values.float().cpu())
 
-    def _record_outcome(self, rec: dict, msgs: list[EnvStepMessage]) -> None:
+    def _record_outcome(self, rec: dict, msgs: list[EnvStepMessage]) -> torch.Tensor | None:
+        """Record rewards/dones; returns V(final obs) [n, Kv] when some sub-env reset (else None)."""
         for key in ("rewards", "terminations", "truncations", "dones"):
             rec[key].append(torch.from_numpy(np.concatenate([getattr(m, key) for m in msgs])))
-        if self.compute_values:
-            n = sum(m.obs.num_envs for m in msgs)
-            boot = torch.zeros(n)
-            if any(m.final_obs is not None for m in msgs):
-                final = concat_obs([m.final_obs if m.final_obs is not None else m.obs for m in msgs])
-                reset = np.concatenate([m.dones.any(-1) for m in msgs])
-                boot = torch.where(torch.from_numpy(reset), self._values(final)[:, 0], boot)
-            rec["bootstrap_values"].append(boot)
+        if not self.compute_values:
+            return None
+        n = sum(m.obs.num_envs for m in msgs)
+        boot, final_values = torch.zeros(n), None
+        if any(m.final_obs is not None for m in msgs):
+            final = concat_obs([m.final_obs if m.final_obs is not None else m.obs for m in msgs])
+            reset = np.concatenate([m.dones.any(-1) for m in msgs])
+            final_values = self._values(final)
+            boot = torch.where(torch.from_numpy(reset), final_values[:, 0], boot)
+        rec["bootstrap_values"].append(boot)
+        return final_values
 
     def _build(self, rec: list[dict]) -> Trajectory:
         """Stack time, then order the N axis by (env rank, stage, sub-env)."""
