@@ -75,13 +75,16 @@ def make_fixture_run(base: Path) -> Path:
     return run
 
 
-def add_escape_links(run: Path, outside: Path) -> None:
-    """Symlinks inside the run pointing outside it (the server must refuse them)."""
+def make_run_with_escape_links(base: Path) -> Path:
+    """The fixture run plus symlinks inside it pointing outside it (the server must refuse them)."""
+    run = make_fixture_run(base)
+    outside = base / "outside"
     outside.mkdir(parents=True, exist_ok=True)
     (outside / "secret.json").write_text('{"secret": "TOPSECRET"}')
     step = run / "video" / "train" / "step_000001"
     os.symlink(outside / "secret.json", step / "evil.json")
     os.symlink(outside, run / "video" / "train" / "step_000009")
+    return run
 
 
 def start_cli_server(run_dirs: list[Path], *extra: str) -> tuple[subprocess.Popen, str]:

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from browser_support import add_escape_links, make_fixture_run
+from browser_support import make_run_with_escape_links
 
 from embodied_rl.errors import UserError
 from embodied_rl.review.catalog import discover_runs
@@ -16,10 +16,7 @@ from embodied_rl.review.export import export_static
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
-    base = tmp_path_factory.mktemp("review_export")
-    run = make_fixture_run(base)
-    add_escape_links(run, base / "outside")
-    return run
+    return make_run_with_escape_links(tmp_path_factory.mktemp("review_export"))
 
 
 def _data(site: Path) -> dict:

@@ -9,7 +9,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
-from browser_support import add_escape_links, make_fixture_run, start_cli_server, stop
+from browser_support import make_run_with_escape_links, start_cli_server, stop
 
 from embodied_rl.review.cli import build_parser, main
 
@@ -18,10 +18,7 @@ VIDEO = "/files/0/video/train/step_000001/worker0_stage0.mp4"
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
-    base = tmp_path_factory.mktemp("review_srv")
-    run = make_fixture_run(base)
-    add_escape_links(run, base / "outside")
-    return run
+    return make_run_with_escape_links(tmp_path_factory.mktemp("review_srv"))
 
 
 @pytest.fixture(scope="module")
