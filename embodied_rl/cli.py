@@ -127,6 +127,11 @@ def make_model_cmd(ns: argparse.Namespace) -> int | None:
     return resolve_entry("embodied_rl.models.cli:make_model_main", "model presets (embodied-rl make-model)")(ns.argv)
 
 
+@command("export", "write a training checkpoint's policy as a plain model: export CHECKPOINT OUT_DIR", _passthrough)
+def export_cmd(ns: argparse.Namespace) -> int | None:
+    return resolve_entry("embodied_rl.runtime.export:main", "checkpoint export (embodied-rl export)")(ns.argv)
+
+
 # ---- entry point ---------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import imageio.v3 as iio
 import pytest
-from cli_runs import read_metrics, run_cli
+from cli_runs import read_metrics, run_cli, run_cli_failing
 
 pytestmark = [pytest.mark.slow, pytest.mark.maniskill]
 
@@ -140,3 +140,24 @@ def test_eval_only_reports_success_and_never_updates_weights(workdir: Path, run_
     assert any(k.startswith("eval/success_once/") for k in row), "per-task success metrics"
     assert not (run_d / "checkpoints").exists()
     assert sorted((run_d / "video" / "eval").rglob("*.mp4"))
+
+
+def test_export_cli_writes_a_plain_model_with_the_trained_weights(workdir: Path, run_a: Path):
+    import torch
+    from safetensors.torch import load_file
+
+    from embodied_rl.config.schema.model import ModelConfig
+    from embodied_rl.models import build_policy
+
+    out = workdir / "exported"
+    run_cli("export", str(run_a), str(out), cwd=workdir)  # a run directory = its newest checkpoint
+    assert (out / "config.json").is_file() and (out / "dataset_statistics.json").is_file()
+    trained = load_file(str(run_a / "checkpoints" / "global_step_00000002" / "actor" / "trainable.safetensors"))
+    policy = build_policy(ModelConfig(model_path=str(out), add_value_head=True, value_type="chunk_level"),
+                          device="cpu", dtype=torch.float32)
+    exported = policy.trainable_state_dict()
+    assert sorted(exported) == sorted(trained)
+    assert all(torch.equal(exported[k], trained[k].float()) for k in trained)
+
+    proc = run_cli_failing("export", str(run_a), str(out), cwd=workdir)  # out is not empty now
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "OUT_DIR" in proc.stderr
