@@ -17,7 +17,12 @@ workers to core 1, the resource model of a real deployment (simulators on their 
 policy on its accelerator). Unpinned on a 2-core box, the sims and the policy compete for
 the same two cores, so overlap cannot save time (see docs/BENCHMARKS.md).
 
-    python benchmarks/pipeline.py [--envs 2] [--chunk-steps 10] [--epochs 3]
+`--cost-model device` keeps the real forward but pads each call with an idle wait to a
+calibrated latency per sample (again ~= env time): the rollout process then uses its core the
+way it does with the policy on a GPU (launch, then wait for the device), which separates the
+schedule's own efficiency from the contention of two busy cores on this box.
+
+    python benchmarks/pipeline.py [--envs 2] [--chunk-steps 10] [--epochs 3] [--cost-model cpu|device]
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from pathlib import Path
 
 import embodied_rl  # noqa: F401  (torchvision shim first)
 from embodied_rl.config.schema.env import EnvConfig
@@ -46,16 +52,41 @@ def pin_process(core: int) -> None:
         os.sched_setaffinity(int(tid), {core})
 
 
+def confine_support_processes(core: int) -> list[str]:
+    """Move Ray's own processes (GCS, raylet, dashboard, channel queue actors, idle workers) and
+    this driver to `core`, so that the simulators' core runs only the env workers and their sims,
+    as on a node whose other CPUs host the support processes. Returns what was moved."""
+    moved = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if os.sched_getaffinity(int(pid)) != set(range(os.cpu_count() or 1)):
+                continue  # already pinned: an env or rollout worker, or a simulator
+            if "ray" not in cmd and int(pid) != os.getpid():
+                continue
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                os.sched_setaffinity(int(tid), {core})
+            moved.append(cmd.split()[0] if cmd else pid)
+        except (OSError, ProcessLookupError):
+            continue  # exited meanwhile
+    return moved
+
+
 class PinnedEnvWorker(EnvWorker):
     def pin(self, core: int) -> None:
         pin_process(core)  # before the first interact: the sim processes inherit it
 
 
 class CalibratedRolloutWorker(RolloutWorker):
-    """RolloutWorker whose policy costs `repeats` extra single-sample forwards per sample.
+    """RolloutWorker whose policy costs extra inference time per sample. Benchmark only.
 
-    The cost then grows with the batch like a large model's does (the tiny model's cost is
-    flat in the batch size, which no real VLA's is). Benchmark only."""
+    The cost grows with the batch like a large model's does (the tiny model's cost is flat in
+    the batch size, which no real VLA's is). Two cost models:
+      cpu:    `repeats` extra real single-sample forwards per sample, on this process's core, so
+              inference competes with the simulators for caches and memory bandwidth;
+      device: the real forward, then an idle wait so that the call lasts `seconds_per_sample` x
+              batch: a policy on its own accelerator, where the rollout process launches the
+              work and waits for the device."""
 
     def pin(self, core: int) -> None:
         pin_process(core)
@@ -72,6 +103,18 @@ class CalibratedRolloutWorker(RolloutWorker):
             return predict(inputs, **kwargs)
 
         self.policy.predict = repeated
+
+    def set_device_latency(self, seconds_per_sample: float) -> None:
+        predict = type(self.policy).predict.__get__(self.policy)
+
+        def on_device(inputs, **kwargs):
+            t0 = time.perf_counter()
+            out = predict(inputs, **kwargs)
+            batch = next(iter(inputs.values())).shape[0]
+            time.sleep(max(0.0, batch * seconds_per_sample - (time.perf_counter() - t0)))
+            return out
+
+        self.policy.predict = on_device
 
 
 CHUNK = ModelConfig().num_action_chunks  # actions per chunk of the tiny preset
@@ -125,13 +168,32 @@ def calibrate(envs, rollouts, args) -> int:
     return repeats
 
 
+def calibrate_device(envs, rollouts, args) -> float:
+    """Device latency per sample that makes inference ~= env stepping (median of 3 epochs)."""
+    per_sample = []
+    for _ in range(3):
+        _, env_m, _ = epoch(envs, rollouts, args.chunk_steps)
+        per_sample.append(env_m["time/env/step_s"] / args.chunk_steps / args.envs)
+    latency = statistics.median(per_sample)
+    print(f"calibration: device latency {latency * 1e3:.1f} ms per sample (estimates "
+          f"{', '.join(f'{x * 1e3:.1f}' for x in per_sample)})", flush=True)
+    return latency
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--envs", type=int, default=2, help="sub-envs of the env worker (one sim process each)")
     ap.add_argument("--chunk-steps", type=int, default=10, help="chunk steps per epoch (= one episode)")
     ap.add_argument("--epochs", type=int, default=3, help="timed rollout epochs per setting")
     ap.add_argument("--size", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=0, help="extra forwards per sample; 0 = calibrate")
+    ap.add_argument("--repeats", type=int, default=0, help="cpu cost model: extra forwards per sample; 0 = calibrate")
+    ap.add_argument("--cost-model", choices=("cpu", "device"), default="cpu",
+                    help="cpu: extra real forwards on the rollout core; device: the same cost as an idle wait "
+                         "(a policy on its own accelerator)")
+    ap.add_argument("--device-ms", type=float, default=0.0,
+                    help="device cost model: latency per sample in ms; 0 = calibrate to env stepping")
+    ap.add_argument("--no-confine", dest="confine", action="store_false",
+                    help="with pinning: leave Ray's own processes and the driver free to run on the simulators' core")
     ap.add_argument("--no-pin", dest="pin", action="store_false",
                     help="do not pin the env workers (+ their sims) to core 0 and the rollout workers to core 1")
     args = ap.parse_args()
@@ -143,10 +205,16 @@ def main() -> None:
     settings = {stages: build(cluster, model_cfg, args, stages) for stages in (1, 2)}
     for stages, (_, envs, rollouts) in settings.items():
         epoch(envs, rollouts, args.chunk_steps)  # warm-up: sim start, first forward
-    repeats = args.repeats or calibrate(*settings[1][1:], args)
+    if args.pin and args.confine:
+        moved = confine_support_processes(1)
+        print(f"moved {len(moved)} support processes to core 1", flush=True)
+    if args.cost_model == "device":
+        cost = ("set_device_latency", args.device_ms / 1e3 if args.device_ms else calibrate_device(*settings[1][1:], args))
+    else:
+        cost = ("set_policy_repeats", args.repeats or calibrate(*settings[1][1:], args))
     walls: dict[int, list[float]] = {1: [], 2: []}
     for _, _, rollouts in settings.values():
-        rollouts.run("set_policy_repeats", repeats)
+        rollouts.run(*cost)
     # Epochs of the two settings alternate, so slow drifts of this shared machine hit both alike.
     for _ in range(args.epochs):
         for stages, (_, envs, rollouts) in settings.items():
@@ -163,7 +231,7 @@ def main() -> None:
     cluster.shutdown()
     shutil.rmtree(model_dir)
     t1, t2 = statistics.median(walls[1]), statistics.median(walls[2])
-    print(f"pinned: {args.pin}; extra forwards per sample: {repeats}")
+    print(f"pinned: {args.pin}; cost model: {args.cost_model} ({cost[0]}={cost[1]})")
     print(f"median wall per epoch ({args.envs} envs, {args.chunk_steps} chunk steps): 1 stage {t1:.2f} s, 2 stages {t2:.2f} s")
     print(f"ratio 2 stages / 1 stage: {t2 / t1:.3f}  (goal <= 0.55)")
 
