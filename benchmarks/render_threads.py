@@ -3,8 +3,8 @@
 On a machine without a GPU, SAPIEN (ManiSkill) renders through lavapipe and MuJoCo (LIBERO)
 through llvmpipe; both start one rasterizer thread per CPU in *every* simulator process. With
 one process per sub-env, a 2-core box running 4 sims has 4 x 2 rasterizer threads handing
-64-128 px images back and forth. `configure_process_env()` therefore sets LP_NUM_THREADS=0
-(rasterize in the simulator's own thread) unless the user set it. This benchmark measures
+64-128 px images back and forth. LP_NUM_THREADS=0 rasterizes in the simulator's own thread;
+nothing sets it yet (first measurement: no gain in isolation). This benchmark measures
 both on the adapter path (`ChunkedVectorEnv`, chunks of 8, auto-reset, random actions): two
 env pools of N sub-envs built side by side, one per setting, rounds alternated (order swapped
 every round); the ratio is summed steps/s of LP_NUM_THREADS=0 over the default.
