@@ -15,6 +15,7 @@ every round); the ratio is summed steps/s of LP_NUM_THREADS=0 over the default.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import time
 
@@ -27,13 +28,11 @@ from embodied_rl.runtime_env import configure_process_env
 
 
 def env_cfg(sim: str, n: int, size: int) -> EnvConfig:
-    if sim == "libero":
-        return EnvConfig(env_type="libero", total_num_envs=n, max_episode_steps=100_000, auto_reset=True,
-                         init_params={"task_suite_name": "libero_spatial", "task_ids": [0],
-                                      "camera_heights": size, "camera_widths": size})
-    return EnvConfig(env_type="maniskill", task_description="pick up the red cube", total_num_envs=n,
-                     max_episode_steps=50, auto_reset=True,
-                     init_params={"id": "PickCube-v1", "camera_heights": size, "camera_widths": size})
+    """overhead.py's env config of the simulator (same task, episode length), with n sub-envs."""
+    import overhead  # benchmarks/overhead.py (this script's directory is on sys.path)
+
+    args = argparse.Namespace(task=None, size=size)
+    return dataclasses.replace(overhead.CASES[sim].env_cfg(args), total_num_envs=n)
 
 
 def build(cfg: EnvConfig, n: int, lp_threads: str | None):

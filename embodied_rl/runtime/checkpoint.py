@@ -118,12 +118,14 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return complete[-1] if complete else None
 
 
-def resolve_resume_dir(resume_dir: str, run_dir: str | Path) -> Path:
-    """`runner.resume_dir` -> a complete checkpoint directory; 'latest' = newest in run_dir."""
+def resolve_resume_dir(resume_dir: str, run_dir: str | Path, *, key: str = "runner.resume_dir") -> Path:
+    """`runner.resume_dir` -> a complete checkpoint directory; 'latest' = newest in run_dir.
+
+    key: how errors name the value (the config key or CLI argument it came from)."""
     if resume_dir == "latest":
         found = latest_checkpoint(run_dir)
         if found is None:
-            raise CheckpointError(f"runner.resume_dir=latest: no complete checkpoint under {Path(run_dir) / CKPT_DIR}; train first or pass a checkpoint directory")
+            raise CheckpointError(f"{key}=latest: no complete checkpoint under {Path(run_dir) / CKPT_DIR}; train first or pass a checkpoint directory")
         return found
     path = Path(resume_dir)
     if (path / CKPT_DIR).is_dir() and not (path / META).is_file():  # a run directory was given
@@ -131,12 +133,12 @@ def resolve_resume_dir(resume_dir: str, run_dir: str | Path) -> Path:
         if found is not None:
             return found
     if not path.is_dir():
-        raise CheckpointError(f"runner.resume_dir={resume_dir}: no such directory; pass checkpoints/global_step_N of a run, a run directory or 'latest'")
+        raise CheckpointError(f"{key}={resume_dir}: no such directory; pass checkpoints/global_step_N of a run, a run directory or 'latest'")
     if not (path / META).is_file():
-        raise CheckpointError(f"runner.resume_dir={resume_dir}: incomplete or not a checkpoint (no {META}); pass a complete checkpoints/global_step_N directory")
+        raise CheckpointError(f"{key}={resume_dir}: incomplete or not a checkpoint (no {META}); pass a complete checkpoints/global_step_N directory")
     meta = json.loads((path / META).read_text())
     if meta.get("format") != FORMAT:
-        raise CheckpointError(f"runner.resume_dir={resume_dir}: checkpoint format {meta.get('format')} is not supported (expected {FORMAT})")
+        raise CheckpointError(f"{key}={resume_dir}: checkpoint format {meta.get('format')} is not supported (expected {FORMAT})")
     return path
 
 
@@ -207,7 +209,7 @@ def load_trainable_weights(path: str, run_dir: str | Path) -> tuple[dict[str, to
     Accepts what resume_dir accepts: a checkpoints/global_step_N directory, a run directory, 'latest'."""
     from safetensors.torch import load_file
 
-    d = resolve_resume_dir(path, run_dir)
+    d = resolve_resume_dir(path, run_dir, key="runner.ckpt_path")
     weights = actor_dir(d) / ACTOR_WEIGHTS
     if not weights.is_file():
         raise CheckpointError(f"runner.ckpt_path={path}: {weights} is missing; pass a checkpoint written by embodied-rl train")

@@ -1,7 +1,7 @@
 """`embodied-rl export CHECKPOINT OUT_DIR`: a training checkpoint's policy as a plain model.
 
-CHECKPOINT is what `runner.resume_dir` accepts: `checkpoints/global_step_N`, a run directory
-(its newest complete checkpoint) or 'latest' (with --run-dir). The policy is rebuilt from the
+CHECKPOINT is `checkpoints/global_step_N` or a run directory (its newest complete checkpoint),
+resolved like `runner.resume_dir`. The policy is rebuilt from the
 checkpoint's own resolved config, so the export needs no experiment config; the output is in
 the official on-disk layout and loads with `actor.model.model_path=OUT_DIR`.
 """
@@ -17,15 +17,14 @@ from embodied_rl.errors import UserError
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="embodied-rl export", description=__doc__.splitlines()[0])
-    parser.add_argument("checkpoint", help="checkpoints/global_step_N, a run directory, or 'latest' (with --run-dir)")
+    parser.add_argument("checkpoint", help="checkpoints/global_step_N or a run directory (its newest checkpoint)")
     parser.add_argument("out_dir", help="directory to write the model to (must not exist, or be empty)")
-    parser.add_argument("--run-dir", default=".", help="run directory that 'latest' refers to (default: .)")
     parser.add_argument("--adapters", action="store_true",
                         help="keep LoRA adapters separate (base weights + lora_adapter/) instead of merging them")
     return parser
 
 
-def export(checkpoint: str, out_dir: str | Path, *, run_dir: str | Path = ".", merged: bool = True) -> Path:
+def export(checkpoint: str, out_dir: str | Path, *, merged: bool = True) -> Path:
     """Resolve the checkpoint, rebuild its policy from its saved config and write it to out_dir."""
     from embodied_rl.config.loader import load_config
     from embodied_rl.runtime.checkpoint import CONFIG, export_policy, resolve_resume_dir
@@ -33,9 +32,7 @@ def export(checkpoint: str, out_dir: str | Path, *, run_dir: str | Path = ".", m
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"export: {out} exists and is not an empty directory; pass a new OUT_DIR")
-    ckpt = resolve_resume_dir(checkpoint, run_dir)
-    if not (ckpt / CONFIG).is_file():
-        raise UserError(f"export: {ckpt} has no {CONFIG}; pass a checkpoint written by embodied-rl train")
+    ckpt = resolve_resume_dir(checkpoint, checkpoint, key="export CHECKPOINT")  # complete checkpoints always hold config.yaml
     model_cfg = load_config(str(ckpt / CONFIG)).actor.model
     if not merged and not model_cfg.is_lora:
         raise UserError(f"export --adapters: {ckpt} was trained without LoRA (actor.model.is_lora=false); drop --adapters")
@@ -44,6 +41,6 @@ def export(checkpoint: str, out_dir: str | Path, *, run_dir: str | Path = ".", m
 
 def main(argv: Sequence[str]) -> int:
     ns = build_parser().parse_args(list(argv))
-    out = export(ns.checkpoint, ns.out_dir, run_dir=ns.run_dir, merged=not ns.adapters)
+    out = export(ns.checkpoint, ns.out_dir, merged=not ns.adapters)
     print(f"exported {ns.checkpoint} -> {out}", file=sys.stderr)
     return 0
