@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -154,10 +155,10 @@ class ActorGroup:
         self.info = ray.get([h.start.remote(cfg, r, world, addr, port) for r, h in enumerate(self.hosts)])
 
     def call(self, method: str, *args) -> list:
-        return ray.get([h.call.remote(method, *args) for h in self.hosts])
+        return _get_all_ranks([h.call.remote(method, *args) for h in self.hosts])
 
     def run(self, fn) -> list:
-        return ray.get([h.run.remote(fn) for h in self.hosts])
+        return _get_all_ranks([h.run.remote(fn) for h in self.hosts])
 
     def stop(self) -> None:
         ray.get([h.stop.remote() for h in self.hosts])
@@ -168,6 +169,54 @@ class ActorGroup:
     def __exit__(self, exc_type, *exc: object) -> None:
         if exc_type is None:
             self.stop()
-        else:  # other ranks may be blocked in a collective the failed rank never joined
-            for h in self.hosts:
-                ray.kill(h, no_restart=False)
+            return
+        # Other ranks may be blocked in a collective the failed rank never joined: restart them
+        # and wait until they answer, so the next test does not meet an actor still restarting.
+        for h in self.hosts:
+            ray.kill(h, no_restart=False)
+        deadline = time.monotonic() + 120
+        for h in self.hosts:
+            while True:
+                try:
+                    ray.get(h.address.remote(), timeout=30)
+                    break
+                except (ray.exceptions.ActorUnavailableError, ray.exceptions.GetTimeoutError):
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+
+
+def _get_all_ranks(refs: list, grace_s: float = 30.0) -> list:
+    """ray.get over every rank, but when one rank fails, report what each rank did.
+
+    ray.get raises the first error it sees, which is often a rank's *symptom* (a peer closed the
+    gloo connection) while the cause sits on another rank that is still running or dying.
+    """
+    pending = list(refs)
+    failed = False
+    deadline = None
+    while pending:
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready, pending = ray.wait(pending, num_returns=1, timeout=timeout)
+        if not ready:
+            break  # grace period over
+        try:
+            ray.get(ready[0])
+        except Exception:
+            failed = True
+            deadline = deadline or time.monotonic() + grace_s
+    if not failed:
+        return ray.get(refs)
+    lines, first = [], None
+    for rank, ref in enumerate(refs):
+        if ref in pending:
+            lines.append(f"rank {rank}: still running after {grace_s:.0f} s (blocked in a collective?)")
+            continue
+        try:
+            ray.get(ref)
+            lines.append(f"rank {rank}: returned")
+        except Exception as e:  # noqa: BLE001 - every rank's outcome goes into one report
+            first = first or e
+            cause = str(e).strip().splitlines()
+            lines.append(f"rank {rank}: {type(e).__name__}: {cause[-1] if cause else ''}")
+    raise RuntimeError("actor group call failed:\n  " + "\n  ".join(lines)) from first
