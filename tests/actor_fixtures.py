@@ -202,7 +202,7 @@ def _get_all_ranks(refs: list, grace_s: float = 30.0) -> list:
             break  # grace period over
         try:
             ray.get(ready[0])
-        except Exception:
+        except Exception:  # noqa: BLE001 - any task error starts the grace period
             failed = True
             deadline = deadline or time.monotonic() + grace_s
     if not failed:
