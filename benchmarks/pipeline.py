@@ -62,7 +62,10 @@ def confine_support_processes(core: int) -> list[str]:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             if os.sched_getaffinity(int(pid)) != set(range(os.cpu_count() or 1)):
                 continue  # already pinned: an env or rollout worker, or a simulator
-            if "ray" not in cmd and int(pid) != os.getpid():
+            # Ray's binaries and scripts live under .../ray/; its workers rename themselves
+            # "ray::<Class>". Only this user's processes: another user's are not ours to move.
+            is_ray = (cmd.startswith("ray::") or "/ray/" in cmd) and os.stat(f"/proc/{pid}").st_uid == os.getuid()
+            if not is_ray and int(pid) != os.getpid():
                 continue
             for tid in os.listdir(f"/proc/{pid}/task"):
                 os.sched_setaffinity(int(tid), {core})
