@@ -11,7 +11,7 @@ from pathlib import Path
 def _cli(args: tuple[str, ...], cwd: Path, timeout: int) -> subprocess.CompletedProcess:
     env = dict(os.environ, WANDB_MODE="offline", PYTHONUNBUFFERED="1")
     return subprocess.run([sys.executable, "-m", "embodied_rl.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:

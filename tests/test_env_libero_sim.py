@@ -118,7 +118,7 @@ def test_every_other_suite_resets_from_a_fixed_init_state_and_steps_a_chunk(suit
         assert first["main_image"].shape == (SIZE, SIZE, 3) and first["state"].shape == (8,)
         assert e.task()[0] == f"{suite}_task0" and e.init_state_id == 7
         for _ in range(8):  # one chunk of OFT's 8 actions
-            obs, reward, terminated, success = e.step(NOOP_ACTION)
+            obs, reward, terminated, _ = e.step(NOOP_ACTION)
         assert obs["wrist_image"].dtype == np.uint8 and not terminated and reward == 0.0
         assert _same(e.reset(7), first)  # the fixed init state reproduces the first observation
     finally:

@@ -44,7 +44,7 @@ def episode_metrics(episodes: Iterable[EpisodeSummary]) -> dict[str, float]:
 
 def _weight_key(key: str, prefix: str) -> str:
     rest = key[len(prefix):]
-    name, _, task = rest.partition("/")
+    _, _, task = rest.partition("/")
     return f"{prefix}{COUNT}/{task}" if task else f"{prefix}{COUNT}"
 
 
