@@ -63,9 +63,9 @@ def confine_support_processes(core: int) -> list[str]:
             if os.sched_getaffinity(int(pid)) != set(range(os.cpu_count() or 1)):
                 continue  # already pinned: an env or rollout worker, or a simulator
             # Ray's binaries and scripts live under .../ray/; its workers rename themselves
-            # "ray::<Class>". Only this user's processes: another user's are not ours to move.
-            is_ray = (cmd.startswith("ray::") or "/ray/" in cmd) and os.stat(f"/proc/{pid}").st_uid == os.getuid()
-            if not is_ray and int(pid) != os.getpid():
+            # "ray::<Class>". Only this user's: as root, other users' processes would move too.
+            is_ray = cmd.startswith("ray::") or "/ray/" in cmd
+            if int(pid) != os.getpid() and not (is_ray and os.stat(f"/proc/{pid}").st_uid == os.getuid()):
                 continue
             for tid in os.listdir(f"/proc/{pid}/task"):
                 os.sched_setaffinity(int(tid), {core})

@@ -43,8 +43,7 @@ def episode_metrics(episodes: Iterable[EpisodeSummary]) -> dict[str, float]:
 
 
 def _weight_key(key: str, prefix: str) -> str:
-    rest = key[len(prefix):]
-    _, _, task = rest.partition("/")
+    task = key[len(prefix):].partition("/")[2]
     return f"{prefix}{COUNT}/{task}" if task else f"{prefix}{COUNT}"
 
 
