@@ -48,6 +48,9 @@ runner:
 env:
   eval:
     max_episode_steps: 7
+actor:
+  model:
+    create_preset: {name: tiny}
 """
 
 
@@ -87,7 +90,7 @@ def test_env_configs_defaults_and_file_precedence(project: Path) -> None:
 def test_overrides_types_and_env_pick(project: Path) -> None:
     cfg = load(project, "runner.max_steps=9", "actor.optim.lr=3e-5", "env.train=reach_b",
                "runner.logger.logger_backends=[console]", "+env.eval.init_params.extras.k=1",
-               "+cluster.component_placement.env=0-1")
+               "cluster.component_placement={actor: 0-1, env: 0-1, rollout: 0-1}")
     assert cfg.runner.max_steps == 9
     assert cfg.actor.optim.lr == pytest.approx(3e-5)  # "3e-5" is a str in YAML; float fields accept it
     assert cfg.env.train.task_description == "reach B" and cfg.env.train.init_params["width"] == 64
@@ -113,8 +116,7 @@ def test_interpolation_resolves_across_sections(project: Path) -> None:
         (["algorithm.max_steps=3"], "did you mean 'runner.max_steps'?"),
         (["runner.max_steps=abc"], "runner.max_steps: expected int, got 'abc'"),
         (["runner.only_eval=maybe"], "runner.only_eval: expected bool, got 'maybe'"),
-        (["rollout.backend=hf"], "rollout.backend: expected one of 'huggingface', 'vllm', got 'hf'"),
-        (["rollout.backend=vllm"], "rollout.backend: 'vllm' is not implemented yet"),
+        (["rollout.backend=hf"], "rollout.backend: expected one of 'huggingface', got 'hf'"),
         (["env.train=nope"], "env.train: unknown env config 'nope'; available: "),
         (["env.train.env_type=???"], "env.train: no env config chosen"),
         (["runner.experiment_name=???"], "runner.experiment_name: missing required value"),
@@ -125,7 +127,7 @@ def test_interpolation_resolves_across_sections(project: Path) -> None:
         (["env.train.init_params.width=wide"], "env.train.init_params.width: expected int, got 'wide'"),
         (["env.train.env_type=nosuchsim"], "env.train.env_type: unknown env_type 'nosuchsim'"),
         (["runner.logger.log_path=${runner.nope}"], "runner.logger.log_path: Interpolation key 'runner.nope' not found"),
-        (["actor.global_batch_size=7", "actor.micro_batch_size=2"], "actor.global_batch_size: 7 is not a multiple"),
+        (["actor.global_batch_size=7", "actor.micro_batch_size=2"], "actor.global_batch_size=7 must be a multiple of actor.micro_batch_size x actor processes"),
         (["runner.max_steps"], "override 'runner.max_steps' must look like key=value"),
     ],
 )
@@ -134,7 +136,7 @@ def test_errors_are_one_line_and_name_the_key(project: Path, overrides: list[str
 
 
 def test_unknown_key_in_yaml_file(project: Path) -> None:
-    project.write_text(EXPERIMENT + "actor:\n  optim:\n    learning_rate: 0.1\n")
+    project.write_text(EXPERIMENT.replace("actor:\n  model:", "actor:\n  optim:\n    learning_rate: 0.1\n  model:"))
     assert "unknown key 'actor.optim.learning_rate'" in error_of(project)
 
 

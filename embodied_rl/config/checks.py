@@ -1,25 +1,39 @@
-"""Cross-key rules run after type validation. Subsystems add theirs with `@config_check`.
+"""Every rule that spans keys, in one place, run by `load_config` before anything starts.
 
-A check receives the validated RootConfig and raises ConfigError (one line naming the key).
-Checks that need runtime facts (world sizes, devices) belong to the runtime, not here.
+Two kinds, in registration order:
+- `@config_check(cfg)`: rules of the config alone (and of files it names);
+- `@plan_check(cfg, plan)`: rules that need the machine: process counts from the placement,
+  the accelerator, and the sizes `config/plan.py` derived from them.
+A check raises ConfigError: one line naming the keys and the fix. Workers do not re-check;
+where a worker needs the same arithmetic it calls the function a check calls.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from embodied_rl.errors import ConfigError
+from embodied_rl.errors import ConfigError, UserError
 
 if TYPE_CHECKING:
+    from embodied_rl.config.plan import RunPlan
     from embodied_rl.config.schema import RootConfig
 
 Check = Callable[["RootConfig"], None]
+PlanCheck = Callable[["RootConfig", "RunPlan"], None]
 _CHECKS: list[Check] = []
+_PLAN_CHECKS: list[PlanCheck] = []
 
 
 def config_check(fn: Check) -> Check:
-    """Register a cross-key check (run by load_config in registration order)."""
+    """Register a rule of the config alone."""
     _CHECKS.append(fn)
+    return fn
+
+
+def plan_check(fn: PlanCheck) -> PlanCheck:
+    """Register a rule that needs the run plan (process counts, accelerator, derived sizes)."""
+    _PLAN_CHECKS.append(fn)
     return fn
 
 
@@ -28,21 +42,16 @@ def run_checks(cfg: RootConfig) -> None:
         check(cfg)
 
 
-@config_check
-def _rollout_backend(cfg: RootConfig) -> None:
-    if cfg.rollout.backend == "vllm":
-        raise ConfigError("rollout.backend: 'vllm' is not implemented yet; use rollout.backend=huggingface")
+def run_plan_checks(cfg: RootConfig, plan: RunPlan) -> None:
+    for check in _PLAN_CHECKS:
+        check(cfg, plan)
 
 
-@config_check
-def _kl_kind_the_runtime_can_feed(cfg: RootConfig) -> None:
-    a = cfg.algorithm
-    if (a.kl_beta > 0 or a.use_kl_loss) and a.kl_penalty == "full":
-        raise ConfigError(
-            "algorithm.kl_penalty: 'full' needs the full 256-bin distributions of every token, which the "
-            "rollout does not store; use kl, abs, mse or low_var_kl"
-        )
+def _modes(cfg: RootConfig) -> tuple[str, ...]:
+    return ("eval",) if cfg.runner.only_eval else ("train", "eval")
 
+
+# ---- rules of the config alone --------------------------------------------------------
 
 @config_check
 def _positive(cfg: RootConfig) -> None:
@@ -51,8 +60,9 @@ def _positive(cfg: RootConfig) -> None:
         ("rollout.pipeline_stage_num", cfg.rollout.pipeline_stage_num),
         ("actor.micro_batch_size", cfg.actor.micro_batch_size),
         ("actor.global_batch_size", cfg.actor.global_batch_size),
+        ("cluster.num_cpu_slots", cfg.cluster.num_cpu_slots),
     ):
-        if value < 1:
+        if value is not None and value < 1:
             raise ConfigError(f"{key}: must be >= 1, got {value}")
     if not cfg.runner.only_eval and cfg.runner.max_steps < 1:
         raise ConfigError(f"runner.max_steps: must be >= 1 for training, got {cfg.runner.max_steps}")
@@ -60,18 +70,182 @@ def _positive(cfg: RootConfig) -> None:
         value = getattr(cfg.runner, key)
         if value == 0 or value < -1:
             raise ConfigError(f"runner.{key}: must be >= 1, or -1 to disable, got {value}")
-    for section in ("env", "rollout", "actor"):
+    for section in ("env", "rollout"):
         size = getattr(cfg, section).channel.queue_size
         if size < 0:
             raise ConfigError(f"{section}.channel.queue_size: must be >= 0 (0 = unbounded), got {size}")
+    if len(set(cfg.runner.logger.logger_backends)) != len(cfg.runner.logger.logger_backends):
+        raise ConfigError(f"runner.logger.logger_backends: duplicate entries in {cfg.runner.logger.logger_backends}")
+    for section in ("env", "rollout", "actor"):
+        name = getattr(cfg, section).group_name
+        if not name or not name.replace("_", "").replace("-", "").isalnum():
+            raise ConfigError(f"{section}.group_name={name!r}: use letters, digits, '_' and '-' (it names the Ray actors)")
 
 
 @config_check
-def _batch_sizes(cfg: RootConfig) -> None:
-    if cfg.actor.global_batch_size % cfg.actor.micro_batch_size:
+def _env_episodes(cfg: RootConfig) -> None:
+    """Episode keys of each env config; the per-worker split is checked with the plan."""
+    from embodied_rl.envs.action_adapter import ActionAdapter
+    from embodied_rl.envs.vector_env import ChunkedVectorEnv
+
+    for mode in _modes(cfg):
+        env, key = getattr(cfg.env, mode), f"env.{mode}"
+        if env.total_num_envs is not None and env.total_num_envs < 1:
+            raise ConfigError(f"{key}.total_num_envs: must be >= 1, or null to derive it from the machine, got {env.total_num_envs}")
+        ChunkedVectorEnv.validate(env, None, key)
+        if env.video_cfg.fps < 1:
+            raise ConfigError(f"{key}.video_cfg.fps: must be >= 1, got {env.video_cfg.fps}")
+        sub = env.subproc
+        for name in ("start_timeout_s", "reset_timeout_s", "step_timeout_s"):
+            if getattr(sub, name) <= 0:
+                raise ConfigError(f"{key}.subproc.{name}: must be > 0 seconds, got {getattr(sub, name)}")
+        if sub.max_restarts < 0:
+            raise ConfigError(f"{key}.subproc.max_restarts: must be >= 0, got {sub.max_restarts}")
+        try:
+            ActionAdapter(env.action_adapter, cfg.actor.model.action_dim)
+        except ConfigError as err:
+            raise ConfigError(str(err).replace("env.action_adapter", f"{key}.action_adapter", 1)) from None
+
+
+@config_check
+def _group_sizes(cfg: RootConfig) -> None:
+    a, env = cfg.algorithm, cfg.env.train
+    if not cfg.runner.only_eval and a.group_size != env.group_size:
         raise ConfigError(
-            f"actor.global_batch_size: {cfg.actor.global_batch_size} is not a multiple of "
-            f"actor.micro_batch_size {cfg.actor.micro_batch_size}"
+            f"algorithm.group_size={a.group_size} and env.train.group_size={env.group_size} must be equal "
+            "(the estimator groups the envs that share a reset state); set env.train.group_size: ${algorithm.group_size}"
         )
-    if len(set(cfg.runner.logger.logger_backends)) != len(cfg.runner.logger.logger_backends):
-        raise ConfigError(f"runner.logger.logger_backends: duplicate entries in {cfg.runner.logger.logger_backends}")
+
+
+@config_check
+def _critic(cfg: RootConfig) -> None:
+    a, m = cfg.algorithm, cfg.actor.model
+    if cfg.runner.only_eval or not a.uses_critic:
+        return
+    if not m.add_value_head:
+        raise ConfigError(f"algorithm.adv_type={a.adv_type} trains a critic: set actor.model.add_value_head=true, or use adv_type grpo or reinforce_pp")
+    if a.adv_type == "gae" and m.value_type != a.reward_type:
+        raise ConfigError(
+            f"algorithm.reward_type={a.reward_type} needs one value per reward: set actor.model.value_type={a.reward_type} "
+            f"(now {m.value_type})"
+        )
+
+
+@config_check
+def _kl_reference(cfg: RootConfig) -> None:
+    a = cfg.algorithm
+    if a.use_kl_loss and a.kl_loss_coef == 0:
+        raise ConfigError("algorithm.use_kl_loss=true with kl_loss_coef=0 adds nothing; set kl_loss_coef > 0 or use_kl_loss=false")
+
+
+@config_check
+def _optimizer(cfg: RootConfig) -> None:
+    o = cfg.actor.optim
+    if not o.lr > 0:
+        raise ConfigError(f"actor.optim.lr: must be > 0, got {o.lr}")
+    if not o.value_lr > 0:
+        raise ConfigError(f"actor.optim.value_lr: must be > 0, got {o.value_lr}")
+    if not 0 <= o.min_lr <= o.lr:
+        raise ConfigError(f"actor.optim.min_lr={o.min_lr} must be in [0, actor.optim.lr={o.lr}]")
+    if o.lr_warmup_steps < 0:
+        raise ConfigError(f"actor.optim.lr_warmup_steps: must be >= 0, got {o.lr_warmup_steps}")
+    if not (0 <= o.adam_beta1 < 1 and 0 <= o.adam_beta2 < 1):
+        raise ConfigError(f"actor.optim.adam_beta1/adam_beta2 must be in [0, 1), got {o.adam_beta1}, {o.adam_beta2}")
+    if not o.adam_eps > 0:
+        raise ConfigError(f"actor.optim.adam_eps: must be > 0, got {o.adam_eps}")
+    if o.weight_decay < 0:
+        raise ConfigError(f"actor.optim.weight_decay: must be >= 0, got {o.weight_decay}")
+
+
+@config_check
+def _precision(cfg: RootConfig) -> None:
+    m, mp = cfg.actor.model, cfg.actor.fsdp_config.mixed_precision
+    if m.attn_implementation == "flash_attention_2" and m.precision == "fp32":
+        raise ConfigError("actor.model.attn_implementation=flash_attention_2 runs only in fp16/bf16: set actor.model.precision=bf16 or use sdpa")
+    for key, name in (("param_dtype", mp.param_dtype), ("reduce_dtype", mp.reduce_dtype)):
+        if name == "fp16":
+            # fp16 gradients underflow without dynamic loss scaling, which the actor does not do.
+            raise ConfigError(f"actor.fsdp_config.mixed_precision.{key}=fp16 needs loss scaling, which the actor does not implement; use bf16 or fp32")
+
+
+@config_check
+def _checkpoints(cfg: RootConfig) -> None:
+    r = cfg.runner
+    if r.ckpt_path and not r.only_eval:
+        raise ConfigError("runner.ckpt_path loads weights for evaluation only; to continue training use runner.resume_dir")
+    if r.resume_dir and r.only_eval:
+        raise ConfigError("runner.resume_dir continues training; to evaluate a checkpoint use runner.ckpt_path")
+    for key, value in (("runner.resume_dir", r.resume_dir), ("runner.ckpt_path", r.ckpt_path)):
+        if value:
+            from embodied_rl.runtime.checkpoint import resolve_resume_dir
+
+            try:
+                resolve_resume_dir(value, r.logger.log_path, key=key)
+            except UserError as err:
+                raise ConfigError(str(err)) from None
+
+
+@config_check
+def _model_files(cfg: RootConfig) -> None:
+    m = cfg.actor.model
+    for key, path in (("actor.model.model_path", m.model_path), ("rollout.model.model_path", cfg.rollout.model.model_path)):
+        if not (Path(path) / "config.json").is_file() and m.create_preset is None:
+            raise ConfigError(
+                f"{key}={path}: no checkpoint there (no config.json); create one with "
+                f"`embodied-rl make-model tiny {path}` or set actor.model.create_preset.name=tiny"
+            )
+    if m.lora_path is not None and not (Path(m.lora_path) / "adapter_config.json").is_file():
+        raise ConfigError(f"actor.model.lora_path={m.lora_path}: no adapter_config.json there (expected a peft adapter directory)")
+
+
+# ---- rules that need the machine --------------------------------------------------------
+
+@plan_check
+def _env_split(cfg: RootConfig, plan: RunPlan) -> None:
+    from embodied_rl.envs.vector_env import ChunkedVectorEnv
+    from embodied_rl.runtime.placement import envs_per_worker, rollout_rank_of
+
+    rollout_rank_of(0, plan.env_workers, plan.rollout_workers)
+    for mode in _modes(cfg):
+        env = getattr(cfg.env, mode)
+        per_stage = envs_per_worker(env.total_num_envs, plan.env_workers, cfg.rollout.pipeline_stage_num, mode)
+        ChunkedVectorEnv.validate(env, per_stage, f"env.{mode}")
+
+
+@plan_check
+def _batch(cfg: RootConfig, plan: RunPlan) -> None:
+    from embodied_rl.config.plan import chunk_steps_per_epoch, rollout_batch_size
+
+    if cfg.runner.only_eval:
+        return
+    a = cfg.actor
+    world = plan.actor_world_size
+    if a.global_batch_size % (a.micro_batch_size * world):
+        raise ConfigError(
+            f"actor.global_batch_size={a.global_batch_size} must be a multiple of actor.micro_batch_size x actor "
+            f"processes = {a.micro_batch_size} x {world} (from cluster.component_placement on {plan.resources.describe()})"
+        )
+    samples = rollout_batch_size(cfg)
+    if samples % a.global_batch_size:
+        raise ConfigError(
+            f"actor.global_batch_size={a.global_batch_size} must divide the rollout batch: env.train.total_num_envs "
+            f"({cfg.env.train.total_num_envs}) x chunk steps (ceil(max_episode_steps / num_action_chunks) = "
+            f"{chunk_steps_per_epoch(cfg, 'train')}) x algorithm.rollout_epoch ({cfg.algorithm.rollout_epoch}) = "
+            f"{samples}; or set actor.global_batch_size: null for one minibatch"
+        )
+
+
+@plan_check
+def _accelerator(cfg: RootConfig, plan: RunPlan) -> None:
+    if plan.resources.accelerator == "gpu":
+        return
+    where = plan.resources.describe()
+    for key, on in (("actor.enable_offload", cfg.actor.enable_offload), ("rollout.enable_offload", cfg.rollout.enable_offload),
+                    ("actor.fsdp_config.cpu_offload", cfg.actor.fsdp_config.cpu_offload)):
+        if on:
+            raise ConfigError(f"{key}=true needs GPUs (there are none: {where}; weights already live in host memory); set it false")
+    if cfg.actor.model.attn_implementation == "flash_attention_2":
+        raise ConfigError(f"actor.model.attn_implementation=flash_attention_2 needs CUDA GPUs ({where}); use sdpa")
+    for mode in _modes(cfg):
+        if getattr(cfg.env, mode).init_params.get("sim_backend") == "gpu":
+            raise ConfigError(f"env.{mode}.init_params.sim_backend=gpu needs CUDA GPUs ({where}); use cpu")

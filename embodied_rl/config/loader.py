@@ -20,6 +20,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from embodied_rl.config import checks
 from embodied_rl.config.overrides import apply_override, parse_override
+from embodied_rl.config.plan import plan_run
+from embodied_rl.config.resources import Resources, detect_resources
 from embodied_rl.config.schema import EnvConfig, RootConfig
 from embodied_rl.config.typecheck import MISSING, build
 from embodied_rl.errors import ConfigError
@@ -38,7 +40,7 @@ def available(directory: Path) -> list[str]:
 
 def find_experiment(name_or_path: str) -> Path:
     """A name from configs/ (`maniskill_ppo_tiny`) or a path to a YAML file."""
-    if name_or_path.endswith((".yaml", ".yml")) or os.sep in name_or_path:
+    if _is_path(name_or_path):
         path = Path(name_or_path)
         if not path.is_file():
             raise ConfigError(f"config file not found: {name_or_path}")
@@ -56,7 +58,17 @@ def env_config_dirs(experiment: Path) -> list[Path]:
     return list(dict.fromkeys(d for d in dirs if d.is_dir()))
 
 
+def _is_path(name: str) -> bool:
+    return name.endswith((".yaml", ".yml")) or os.sep in name
+
+
 def find_env_config(name: str, section: str, dirs: Sequence[Path]) -> Path:
+    """A name in env_configs/ (`maniskill_pick_cube`) or a path to a YAML file (`my/task.yaml`)."""
+    if _is_path(name):
+        path = Path(name)
+        if not path.is_file():
+            raise ConfigError(f"env.{section}: env config file not found: {name} (a path is relative to the working directory)")
+        return path
     for d in dirs:
         if (d / f"{name}.yaml").is_file():
             return d / f"{name}.yaml"
@@ -185,13 +197,20 @@ def resolve(tree: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"{key}: {msg}") from err
 
 
-def validate(data: dict[str, Any]) -> RootConfig:
-    """Check a resolved tree against the schema, the simulator backends and cross-key rules."""
+def validate(data: dict[str, Any], resources: Resources | None = None, *, plan: bool = True) -> RootConfig:
+    """Check a resolved tree against the schema, the simulator backends and every cross-key rule.
+
+    With `plan` (the default), the sizes left null for derivation are filled from `resources`
+    (default: the slots Ray will have, see config/resources.py) and the rules that need the
+    machine run too; `plan=False` is for reading a config on another machine (e.g. export)."""
     cfg = build(RootConfig, data, "")
     for section in ENV_SECTIONS:
         env_cfg: EnvConfig = getattr(cfg.env, section)
         env_cfg.init_params = _validate_init_params(env_cfg, f"env.{section}")
     checks.run_checks(cfg)
+    if plan:
+        run_plan = plan_run(cfg, resources or detect_resources(cfg.cluster))
+        checks.run_plan_checks(cfg, run_plan)
     return cfg
 
 
@@ -220,14 +239,15 @@ def _validate_init_params(env_cfg: EnvConfig, path: str) -> dict[str, Any]:
     return dataclasses.asdict(params)
 
 
-def load_config(name_or_path: str = DEFAULT_EXPERIMENT, overrides: Sequence[str] = ()) -> RootConfig:
+def load_config(name_or_path: str = DEFAULT_EXPERIMENT, overrides: Sequence[str] = (), *,
+                resources: Resources | None = None, plan: bool = True) -> RootConfig:
     """Compose, resolve and validate an experiment config; raises ConfigError (one line)."""
-    return validate(resolve(compose(name_or_path, overrides)))
+    return validate(resolve(compose(name_or_path, overrides)), resources, plan=plan)
 
 
-def config_from_dict(data: dict[str, Any]) -> RootConfig:
-    """Validate an already composed tree (e.g. a run's saved config.yaml sent to a worker)."""
-    return validate(resolve(data))
+def config_from_dict(data: dict[str, Any], resources: Resources | None = None, *, plan: bool = True) -> RootConfig:
+    """Validate an already composed tree (e.g. a run's saved config.yaml)."""
+    return validate(resolve(data), resources, plan=plan)
 
 
 def to_dict(cfg: RootConfig) -> dict[str, Any]:

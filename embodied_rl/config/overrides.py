@@ -42,8 +42,14 @@ def parse_override(text: str) -> Override:
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as err:
-        raise ConfigError(f"override '{text}': value is not valid YAML ({str(err).splitlines()[0]})") from err
+        hint = _QUOTE_HINT.format(key=key) if raw.lstrip().startswith("{") else ""
+        raise ConfigError(f"override '{text}': value is not valid YAML ({str(err).splitlines()[0]}){hint}") from err
     return Override(key=key, value=value, add=add, text=text)
+
+
+# The shell splits an unquoted mapping at spaces and brace-expands it at commas.
+_QUOTE_HINT = "; quote the whole override so the shell keeps it in one piece: '{key}={{\"actor,env,rollout\": 0-1}}'"
+
 
 
 def _child_type(tp: Any, key: str) -> Any:
@@ -88,6 +94,8 @@ def apply_override(tree: dict[str, Any], ov: Override) -> None:
         return
     if last not in node:
         _missing(node, tp, path, last, ov)
+    if isinstance(node[last], dict) and not isinstance(ov.value, dict) and typing.get_origin(_child_type(tp, last)) is dict:
+        raise ConfigError(f"override '{ov.text}': {ov.key} takes a mapping, got {ov.value!r}{_QUOTE_HINT.format(key=ov.key)}")
     node[last] = ov.value
 
 

@@ -21,6 +21,7 @@ Choices (documented in docs/CONFIG.md as well):
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -78,18 +79,23 @@ class ChunkedVectorEnv:
         self._finished: list[EpisodeSummary] = []
 
     @staticmethod
-    def validate(cfg: EnvConfig, n: int) -> None:
-        """Check the episode keys against the sub-env count (before any simulator starts)."""
+    def validate(cfg: EnvConfig, n: int | None, key: str = "env") -> None:
+        """The episode keys, and with `n` their fit to an env worker stage of `n` sub-envs.
+
+        The config checks call this before any simulator starts (`key` = env.train / env.eval)."""
         if cfg.max_episode_steps < 1:
-            raise ConfigError(f"env.max_episode_steps={cfg.max_episode_steps} must be >= 1")
-        if cfg.group_size < 1 or n % cfg.group_size:
-            raise ConfigError(f"env.group_size={cfg.group_size} must be >= 1 and divide the {n} sub-envs of this env worker")
+            raise ConfigError(f"{key}.max_episode_steps: must be >= 1, got {cfg.max_episode_steps}")
+        if cfg.group_size < 1:
+            raise ConfigError(f"{key}.group_size: must be >= 1, got {cfg.group_size}")
         if cfg.group_size > 1 and not cfg.use_fixed_reset_state_ids:
+            raise ConfigError(f"{key}.group_size={cfg.group_size} needs {key}.use_fixed_reset_state_ids=true (group members share reset ids)")
+        if not math.isfinite(cfg.reward_coef):
+            raise ConfigError(f"{key}.reward_coef: must be a finite number, got {cfg.reward_coef}")
+        if n is not None and n % cfg.group_size:
             raise ConfigError(
-                f"env.group_size={cfg.group_size} needs env.use_fixed_reset_state_ids=true (group members share reset ids)"
+                f"{key}.group_size={cfg.group_size} must divide the {n} sub-envs of each stage of an env worker; "
+                f"set {key}.total_num_envs: null to derive a count that fits"
             )
-        if cfg.reward_coef != cfg.reward_coef:  # NaN
-            raise ConfigError("env.reward_coef is NaN")
 
     # ------------------------------------------------------------------ reset ids
     def draw_reset_id(self, env_index: int, episode_k: int) -> int:

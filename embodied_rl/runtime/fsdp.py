@@ -78,13 +78,8 @@ def check_precision(fsdp_cfg, device: torch.device) -> tuple[torch.dtype, torch.
     for key, name in names.items():
         if name not in DTYPES:
             raise ConfigError(f"actor.fsdp_config.mixed_precision.{key}={name!r} is not valid; choose one of: {', '.join(DTYPES)}")
-        if name == "fp16":
-            # fp16 gradients underflow without dynamic loss scaling, which this actor does not do.
-            raise ConfigError(f"actor.fsdp_config.mixed_precision.{key}=fp16 needs loss scaling, which the actor does not implement; use bf16 or fp32")
         if name == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
             raise ConfigError(f"actor.fsdp_config.mixed_precision.{key}=bf16 is not supported by {torch.cuda.get_device_name()}; use fp32")
-    if fsdp_cfg.cpu_offload and device.type != "cuda":
-        raise ConfigError("actor.fsdp_config.cpu_offload=true needs a GPU actor (on CPU the parameters already live in host memory); set it false")
     return DTYPES[mp.param_dtype], DTYPES[mp.reduce_dtype]
 
 

@@ -6,25 +6,19 @@ advantages -> update -> weight sync. All placement and wiring decisions live her
 from __future__ import annotations
 
 import dataclasses
-import math
 import uuid
 from dataclasses import dataclass
 
 import ray
 
+from embodied_rl.config.plan import RunPlan, plan_run
+from embodied_rl.config.resources import detect_resources
 from embodied_rl.config.schema import RootConfig
-from embodied_rl.errors import ConfigError
 from embodied_rl.runtime.channel import Channel
 from embodied_rl.runtime.worker_group import RayCluster, WorkerGroup
 from embodied_rl.workers.messages import ChannelWiring, SamplingSpec
 
 SETUP_TIMEOUT_S = 900.0
-
-
-def chunk_steps_per_epoch(cfg: RootConfig, mode: str) -> int:
-    """Chunk steps of one rollout epoch: one full episode horizon (ceil(max_episode_steps / C))."""
-    env_cfg = getattr(cfg.env, mode)
-    return math.ceil(env_cfg.max_episode_steps / cfg.actor.model.num_action_chunks)
 
 
 def sampling_specs(cfg: RootConfig) -> dict[str, SamplingSpec]:
@@ -48,22 +42,26 @@ class Groups:
         for group in (self.env, self.rollout, self.actor):
             if group is not None:
                 group.shutdown()
-        for channel in {id(c): c for c in (self.wiring.obs, self.wiring.actions, self.wiring.trajectories)}.values():
+        for channel in {id(c): c for c in (self.wiring.obs, self.wiring.actions)}.values():
             channel.shutdown()
         self.cluster.shutdown()
 
 
 def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs: dict[str, str]) -> Groups:
-    cluster = RayCluster.from_config(cfg.cluster)
+    """Start the groups on the slots the config was validated against (Ray must offer exactly
+    those); Ray actors are named <group_name>_<rank> in a namespace of their own per run."""
+    cluster = RayCluster.from_config(cfg.cluster, detect_resources(cfg.cluster))
     try:
-        placement = cluster.placement(cfg.cluster.component_placement)
-        wiring = _wiring(cfg, run_id=f"{run_name[:16]}-{uuid.uuid4().hex[:6]}")
-        n_env, n_rollout = placement["env"].num_processes, placement["rollout"].num_processes
-        _check_env_split(cfg, n_env, n_rollout)
+        plan: RunPlan = plan_run(cfg, cluster.resources)
+        placement = plan.placement
+        run_id = f"{run_name[:16]}-{uuid.uuid4().hex[:6]}"
+        wiring = _wiring(cfg, run_id=run_id)
+        n_env, n_rollout = plan.env_workers, plan.rollout_workers
+        named = {"namespace": f"embodied_rl-{run_id}"}
         rollout_model = dataclasses.replace(cfg.actor.model, model_path=cfg.rollout.model.model_path)
         # Rollout workers register their consumer keys in __init__, before env workers send.
         rollout = WorkerGroup(
-            _rollout_cls(), cluster, placement, "rollout", name=cfg.rollout.group_name,
+            _rollout_cls(), cluster, placement, "rollout", name=cfg.rollout.group_name, **named,
             args=(rollout_model, wiring),
             kwargs=dict(num_env_workers=n_env, pipeline_stage_num=cfg.rollout.pipeline_stage_num,
                         sampling=sampling_specs(cfg), compute_values=cfg.algorithm.uses_critic,
@@ -73,14 +71,14 @@ def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs
         rollout.run("get_rng_state", timeout=SETUP_TIMEOUT_S)  # barrier: consumers registered
         env_cfgs = {"eval": cfg.env.eval} if cfg.runner.only_eval else {"train": cfg.env.train, "eval": cfg.env.eval}
         env = WorkerGroup(
-            _env_cls(), cluster, placement, "env", name=cfg.env.group_name,
+            _env_cls(), cluster, placement, "env", name=cfg.env.group_name, **named,
             args=(env_cfgs, wiring),
             kwargs=dict(num_rollout_workers=n_rollout, pipeline_stage_num=cfg.rollout.pipeline_stage_num,
                         video_dirs=video_dirs, run_name=run_name),
         )
         actor = None
         if with_actor:
-            actor = WorkerGroup(_actor_cls(), cluster, placement, "actor", name=cfg.actor.group_name, args=(cfg,))
+            actor = WorkerGroup(_actor_cls(), cluster, placement, "actor", name=cfg.actor.group_name, args=(cfg,), **named)
             addr, port = ray.get(actor.workers[0].get_master_address.remote())
             actor.run("setup", addr, port, timeout=SETUP_TIMEOUT_S)
         return Groups(cluster, wiring, env, rollout, actor)
@@ -96,33 +94,11 @@ def needs_reference(cfg: RootConfig) -> bool:
 
 def _wiring(cfg: RootConfig, run_id: str) -> ChannelWiring:
     """One channel per direction, each from its own config section (name, queue, bound)."""
-    sections = {"obs": cfg.env.channel, "actions": cfg.rollout.channel, "trajectories": cfg.actor.channel}
+    sections = {"obs": cfg.env.channel, "actions": cfg.rollout.channel}
     return ChannelWiring(
         **{key: Channel.create(c.name, queue_size=c.queue_size, run_id=f"{run_id}-{key}") for key, c in sections.items()},
         obs_queue=cfg.env.channel.queue_name, action_queue=cfg.rollout.channel.queue_name,
-        trajectory_queue=cfg.actor.channel.queue_name,
     )
-
-
-def _check_env_split(cfg: RootConfig, n_env: int, n_rollout: int) -> None:
-    """The workers' own divisibility checks, run in the driver so errors are one line, not a dead actor."""
-    from embodied_rl.workers.env_worker import envs_per_worker, rollout_rank_of
-
-    rollout_rank_of(0, n_env, n_rollout)
-    for mode in ("eval",) if cfg.runner.only_eval else ("train", "eval"):
-        envs_per_worker(getattr(cfg.env, mode).total_num_envs, n_env, cfg.rollout.pipeline_stage_num, mode)
-
-
-def check_batch_fits(cfg: RootConfig) -> None:
-    """Fail before any worker starts when the rollout batch cannot be cut into minibatches."""
-    samples = cfg.env.train.total_num_envs * chunk_steps_per_epoch(cfg, "train") * cfg.algorithm.rollout_epoch
-    if samples % cfg.actor.global_batch_size:
-        raise ConfigError(
-            f"actor.global_batch_size={cfg.actor.global_batch_size} must divide the rollout batch: "
-            f"env.train.total_num_envs ({cfg.env.train.total_num_envs}) x chunk steps per epoch "
-            f"(ceil(max_episode_steps / num_action_chunks) = {chunk_steps_per_epoch(cfg, 'train')}) x "
-            f"algorithm.rollout_epoch ({cfg.algorithm.rollout_epoch}) = {samples}"
-        )
 
 
 # Imported lazily so `embodied-rl print-config` and friends never import torch/ray workers.

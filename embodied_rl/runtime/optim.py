@@ -44,7 +44,6 @@ def build_param_groups(named_params: Iterable[tuple[str, nn.Parameter]], lr: flo
 
 def build_optimizer(model: nn.Module, optim_cfg) -> torch.optim.AdamW:
     """AdamW over the trainable parameters of `model` (DTensors under FSDP2 work as-is)."""
-    _validate(optim_cfg)
     groups = build_param_groups(model.named_parameters(), optim_cfg.lr, optim_cfg.value_lr)
     return torch.optim.AdamW(
         groups,
@@ -80,7 +79,6 @@ def lr_multiplier(step: int, *, kind: str, warmup_steps: int, total_steps: int, 
 def build_scheduler(optimizer: torch.optim.Optimizer, optim_cfg, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
     """LambdaLR applying `lr_multiplier` to every group; `min_lr` is relative to `lr`, so the
     value-head group decays to value_lr * min_lr / lr."""
-    _validate(optim_cfg)
     min_ratio = optim_cfg.min_lr / optim_cfg.lr if optim_cfg.lr > 0 else 0.0
     fn: Callable[[int], float] = _Multiplier(optim_cfg.lr_scheduler, optim_cfg.lr_warmup_steps, total_steps, min_ratio)
     return torch.optim.lr_scheduler.LambdaLR(optimizer, fn)
@@ -94,16 +92,3 @@ class _Multiplier:
 
     def __call__(self, step: int) -> float:
         return lr_multiplier(step, kind=self.kind, warmup_steps=self.warmup_steps, total_steps=self.total_steps, min_ratio=self.min_ratio)
-
-
-def _validate(cfg) -> None:
-    if cfg.lr < 0 or cfg.value_lr < 0:
-        raise ConfigError(f"actor.optim.lr={cfg.lr} and value_lr={cfg.value_lr} must be >= 0")
-    if not 0 <= cfg.min_lr <= cfg.lr:
-        raise ConfigError(f"actor.optim.min_lr={cfg.min_lr} must be in [0, actor.optim.lr={cfg.lr}]")
-    if cfg.lr_warmup_steps < 0:
-        raise ConfigError(f"actor.optim.lr_warmup_steps={cfg.lr_warmup_steps} must be >= 0")
-    if not (0 <= cfg.adam_beta1 < 1 and 0 <= cfg.adam_beta2 < 1) or cfg.adam_eps <= 0:
-        raise ConfigError("actor.optim.adam_beta1/adam_beta2 must be in [0, 1) and adam_eps > 0")
-    if cfg.weight_decay < 0:
-        raise ConfigError(f"actor.optim.weight_decay={cfg.weight_decay} must be >= 0")

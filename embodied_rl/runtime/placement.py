@@ -128,3 +128,27 @@ def parse_component_placement(
     if num_slots % per_node:
         raise ConfigError(f"{KEY}: {num_slots} slots do not split into nodes of {per_node}")
     return Placement(num_slots, per_node, accelerator, parsed)
+
+
+def envs_per_worker(total_num_envs: int | None, num_env_workers: int, stages: int, mode: str) -> int:
+    """Sub-envs per stage of one env worker; a ConfigError names the keys when they do not divide."""
+    if not total_num_envs or total_num_envs < 1:
+        raise ConfigError(f"env.{mode}.total_num_envs must be set to a positive number, got {total_num_envs}")
+    if stages < 1:
+        raise ConfigError(f"rollout.pipeline_stage_num must be >= 1, got {stages}")
+    if total_num_envs % (num_env_workers * stages):
+        raise ConfigError(
+            f"env.{mode}.total_num_envs={total_num_envs} must be a multiple of env workers ({num_env_workers}, "
+            f"from cluster.component_placement) x rollout.pipeline_stage_num ({stages}); or set it null to derive it"
+        )
+    return total_num_envs // (num_env_workers * stages)
+
+
+def rollout_rank_of(env_rank: int, num_env_workers: int, num_rollout_workers: int) -> int:
+    """Rollout worker serving an env worker: consecutive env ranks share one rollout worker."""
+    if num_env_workers % num_rollout_workers:
+        raise ConfigError(
+            f"cluster.component_placement: {num_env_workers} env processes must be a multiple of "
+            f"{num_rollout_workers} rollout processes (each rollout worker serves whole env workers)"
+        )
+    return env_rank // (num_env_workers // num_rollout_workers)

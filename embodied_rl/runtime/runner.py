@@ -21,10 +21,11 @@ import ray
 
 from embodied_rl.algorithms import RunningRewardStats, compute_advantages
 from embodied_rl.config.loader import to_yaml
+from embodied_rl.config.plan import chunk_steps_per_epoch
 from embodied_rl.config.schema import RootConfig
 from embodied_rl.envs.metrics import merge_metrics
 from embodied_rl.runtime import checkpoint as ckpt
-from embodied_rl.runtime.groups import Groups, build_groups, check_batch_fits, chunk_steps_per_epoch
+from embodied_rl.runtime.groups import Groups, build_groups
 from embodied_rl.runtime.metrics_logger import MetricsLogger
 from embodied_rl.runtime.rng import seed_everything
 from embodied_rl.workers.messages import Trajectory, concat_trajectories
@@ -45,8 +46,6 @@ class EmbodiedRunner:
     # ------------------------------------------------------------------ set-up
     def setup(self) -> None:
         cfg = self.cfg
-        if not cfg.runner.only_eval:
-            check_batch_fits(cfg)
         seed_everything(cfg.runner.seed)
         video_dirs = {"train": cfg.env.train.video_cfg.video_base_dir, "eval": cfg.env.eval.video_cfg.video_base_dir}
         self.groups = build_groups(cfg, with_actor=not cfg.runner.only_eval, run_name=self.run_name, video_dirs=video_dirs)
@@ -79,9 +78,13 @@ class EmbodiedRunner:
 
     # ------------------------------------------------------------------ phases
     def rollout(self, mode: str, reset_ids: list[int] | None = None) -> tuple[Trajectory | None, dict[str, float]]:
-        """One rollout epoch on env.<mode>: env workers step while rollout workers infer."""
+        """One rollout epoch on env.<mode>: env workers step while rollout workers infer.
+
+        Videos are filed under the step the metrics use: a training rollout belongs to the step
+        it is collected for (global_step + 1), an evaluation to the step just finished."""
         g, steps = self.groups, chunk_steps_per_epoch(self.cfg, mode)
-        env_refs = g.env.call("interact", steps, mode, global_step=self.global_step, checkpoint_step=self.version,
+        video_step = self.global_step + 1 if mode == "train" else self.global_step
+        env_refs = g.env.call("interact", steps, mode, global_step=video_step, checkpoint_step=self.version,
                               reset_ids=reset_ids)
         roll_refs = g.rollout.call("generate", steps, mode)
         env_out, roll_out = g.env.gather(env_refs), g.rollout.gather(roll_refs)

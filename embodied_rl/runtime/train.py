@@ -6,22 +6,17 @@ import sys
 from pathlib import Path
 
 from embodied_rl.config.schema import RootConfig
-from embodied_rl.errors import ConfigError, UserError
 
 
 def ensure_model(cfg: RootConfig) -> None:
-    """Create the model from `actor.model.create_preset` on first use; otherwise it must exist."""
+    """Create the model from `actor.model.create_preset` on first use (the config checks made
+    sure a missing checkpoint has a preset)."""
     m = cfg.actor.model
     paths = {m.model_path, cfg.rollout.model.model_path}
     missing = [p for p in paths if not (Path(p) / "config.json").is_file()]
     if not missing:
         return
     preset = m.create_preset
-    if preset is None:
-        raise UserError(
-            f"actor.model.model_path={missing[0]}: no checkpoint there (no config.json); create one with "
-            f"`embodied-rl make-model tiny {missing[0]}` or set actor.model.create_preset=tiny"
-        )
     from embodied_rl.models.cli import make_model_main
 
     for path in missing:
@@ -33,8 +28,6 @@ def ensure_model(cfg: RootConfig) -> None:
 
 def main(cfg: RootConfig) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if cfg.runner.ckpt_path and not cfg.runner.only_eval:
-        raise ConfigError("runner.ckpt_path loads weights for evaluation only; to continue training use runner.resume_dir")
     ensure_model(cfg)
     from embodied_rl.runtime.runner import EmbodiedRunner
 

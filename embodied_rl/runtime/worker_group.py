@@ -8,7 +8,6 @@ and actor all on slot 0 of a 2-core box).
 """
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -17,6 +16,12 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from embodied_rl.config.resources import (
+    Resources,
+    from_totals,
+    local_cpu_count,
+    ray_address,
+)
 from embodied_rl.errors import ConfigError, UserError
 from embodied_rl.runtime.placement import Placement, parse_component_placement
 
@@ -34,49 +39,51 @@ class RayCluster:
         address: str | None = None,
         num_nodes: int = 1,
         num_cpu_slots: int | None = None,
+        resources: Resources | None = None,
         wait_nodes_s: float = 300.0,
     ):
-        address = address or os.environ.get("RAY_ADDRESS") or None
+        """`resources`: the slots the config was validated against; Ray must offer exactly
+        those (else a ConfigError), so nothing that was checked can change under the run."""
+        address = ray_address(address)
         self._started_ray = False
+        self.pg = None
         if not ray.is_initialized():
             if address:
                 ray.init(address=address, log_to_driver=True)
             else:
-                slots = num_cpu_slots or os.cpu_count() or 1
-                ray.init(num_cpus=max(slots, os.cpu_count() or 1), include_dashboard=False, log_to_driver=True)
+                slots = num_cpu_slots or local_cpu_count()
+                ray.init(num_cpus=max(slots, local_cpu_count()), include_dashboard=False, log_to_driver=True)
                 self._started_ray = True
         self._wait_for_nodes(num_nodes, wait_nodes_s)
         total = ray.cluster_resources()
-        gpus = int(total.get("GPU", 0))
-        if gpus:
-            self.accelerator, self.num_slots = "gpu", gpus
-            bundle = {"GPU": 1.0, "CPU": 1.0}
-        else:
-            self.accelerator = "cpu"
-            per_node = num_cpu_slots or max(1, int(total.get("CPU", 1)) // num_nodes)
-            self.num_slots = per_node * num_nodes
-            bundle = {"CPU": 1.0}
-            if total.get("CPU", 0) < self.num_slots:
-                raise ConfigError(
-                    f"cluster.num_cpu_slots={num_cpu_slots}: Ray has only {total.get('CPU', 0):g} CPUs; "
-                    "lower it or start Ray with more --num-cpus"
-                )
-        if self.num_slots % num_nodes:
-            raise ConfigError(f"cluster.num_nodes={num_nodes}: {self.num_slots} slots do not split evenly over the nodes")
-        self.num_nodes = num_nodes
-        self.slots_per_node = self.num_slots // num_nodes
+        found = from_totals(total.get("CPU", 0), total.get("GPU", 0), num_nodes=num_nodes, num_cpu_slots=num_cpu_slots,
+                            source=f"Ray cluster at {address}" if address else "this machine")
+        if resources is not None and (found.num_slots, found.accelerator) != (resources.num_slots, resources.accelerator):
+            self.shutdown()
+            raise ConfigError(f"the config was validated for {resources.describe()} but Ray now offers {found.describe()}; start again")
+        if found.accelerator == "cpu" and total.get("CPU", 0) < found.num_slots:
+            self.shutdown()
+            raise ConfigError(
+                f"cluster.num_cpu_slots={num_cpu_slots}: Ray has only {total.get('CPU', 0):g} CPUs; "
+                "lower it or start Ray with more --num-cpus"
+            )
+        self.resources = found
+        self.accelerator, self.num_slots = found.accelerator, found.num_slots
+        self.num_nodes, self.slots_per_node = num_nodes, found.slots_per_node
+        bundle = {"GPU": 1.0, "CPU": 1.0} if found.accelerator == "gpu" else {"CPU": 1.0}
         # PACK fills nodes in order, so bundle r is on node r // slots_per_node.
         self.pg = placement_group([dict(bundle) for _ in range(self.num_slots)], strategy="PACK")
         if not self.pg.wait(timeout_seconds=wait_nodes_s):
-            remove_placement_group(self.pg)
+            self.shutdown()
             raise ConfigError(f"could not reserve {self.num_slots} x {bundle} in Ray within {wait_nodes_s:.0f} s; are other jobs holding them?")
 
     @classmethod
-    def from_config(cls, cluster_cfg: Any) -> RayCluster:
+    def from_config(cls, cluster_cfg: Any, resources: Resources | None = None) -> RayCluster:
         return cls(
             address=cluster_cfg.address,
             num_nodes=cluster_cfg.num_nodes,
             num_cpu_slots=getattr(cluster_cfg, "num_cpu_slots", None),
+            resources=resources,
         )
 
     @staticmethod
@@ -123,7 +130,10 @@ class WorkerGroup:
         rank_kwargs: Callable[[int], Mapping[str, Any]] | None = None,
         env_vars: Mapping[str, str] | None = None,
         name: str | None = None,
+        namespace: str | None = None,
     ):
+        """`name`: the group's name; with `namespace`, actor r is the named Ray actor
+        `<name>_<r>` there (what `ray list actors` and the dashboard show)."""
         where = placement[component]
         self.name = name or cls.__name__
         self.world_size = where.num_processes
@@ -138,6 +148,8 @@ class WorkerGroup:
             }
             if placement.accelerator == "gpu":
                 options["num_gpus"] = share
+            if namespace is not None:
+                options.update(name=f"{self.name}_{rank}", namespace=namespace)
             kw = dict(kwargs or {}, rank=rank, world_size=self.world_size)
             kw.update(rank_kwargs(rank) if rank_kwargs else {})
             self.workers.append(remote_cls.options(**options).remote(*args, **kw))

@@ -13,8 +13,8 @@ import time
 from embodied_rl.config.schema.env import EnvConfig
 from embodied_rl.envs import ChunkedVectorEnv, make_env
 from embodied_rl.envs.metrics import merge_metrics
-from embodied_rl.errors import ConfigError
 from embodied_rl.runtime.channel import Channel
+from embodied_rl.runtime.placement import envs_per_worker, rollout_rank_of
 from embodied_rl.workers.messages import (
     ActionMessage,
     ChannelWiring,
@@ -24,30 +24,6 @@ from embodied_rl.workers.messages import (
 )
 
 MODES = ("train", "eval")
-
-
-def envs_per_worker(total_num_envs: int | None, num_env_workers: int, stages: int, mode: str) -> int:
-    """Sub-envs per stage of one env worker; a ConfigError names the keys when they do not divide."""
-    if not total_num_envs or total_num_envs < 1:
-        raise ConfigError(f"env.{mode}.total_num_envs must be set to a positive number, got {total_num_envs}")
-    if stages < 1:
-        raise ConfigError(f"rollout.pipeline_stage_num must be >= 1, got {stages}")
-    if total_num_envs % (num_env_workers * stages):
-        raise ConfigError(
-            f"env.{mode}.total_num_envs={total_num_envs} must be a multiple of env workers ({num_env_workers}, "
-            f"from cluster.component_placement) x rollout.pipeline_stage_num ({stages})"
-        )
-    return total_num_envs // (num_env_workers * stages)
-
-
-def rollout_rank_of(env_rank: int, num_env_workers: int, num_rollout_workers: int) -> int:
-    """Rollout worker serving an env worker: consecutive env ranks share one rollout worker."""
-    if num_env_workers % num_rollout_workers:
-        raise ConfigError(
-            f"cluster.component_placement: {num_env_workers} env processes must be a multiple of "
-            f"{num_rollout_workers} rollout processes (each rollout worker serves whole env workers)"
-        )
-    return env_rank // (num_env_workers // num_rollout_workers)
 
 
 class EnvWorker:

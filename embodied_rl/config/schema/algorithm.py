@@ -44,7 +44,7 @@ class AlgorithmConfig:
     reward_shift: bool = field(default=False, metadata={"help": "With reward_norm: only subtract the mean (do not divide by the std)."})
     reward_clip: float | None = field(default=None, metadata={"help": "Clamp (normalised) rewards to [-x, x]; null = no clamp."})
     kl_beta: float = field(default=0.0, metadata={"help": "KL-to-reference reward shaping: each env step's reward -= kl_beta * KL of its action tokens (needs ref log-probs)."})
-    kl_penalty: str = field(default="kl", metadata={"help": "KL estimator for kl_beta shaping and the KL loss: kl | abs | mse | low_var_kl | full (exact KL over the 256 action bins; needs full log-prob tensors)."})
+    kl_penalty: str = field(default="kl", metadata={"help": "KL estimator of the sampled tokens for kl_beta shaping and the KL loss: kl | abs | mse | low_var_kl."})
     # --- policy loss ---------------------------------------------------------------------
     logprob_type: str = field(default="token_level", metadata={"help": "Importance-ratio granularity: token_level (one ratio per action token) | action_level (sum token log-probs per action) | chunk_level (sum over the chunk)."})
     entropy_type: str = field(default="token_level", metadata={"help": "Entropy granularity for entropy_bonus: token_level | action_level (sum of its tokens' entropies) | chunk_level."})

@@ -46,11 +46,11 @@ class SubprocConfig:
 @dataclass
 class EnvConfig:
     env_type: str = field(default="???", metadata={"help": "Simulator backend: maniskill | libero."})
-    total_num_envs: int | None = field(default=None, metadata={"help": "Sub-envs over all env workers (null = set by the experiment)."})
+    total_num_envs: int | None = field(default=None, metadata={"help": "Sub-envs over all env workers; a multiple of env processes x rollout.pipeline_stage_num x group_size. null = derived from the machine at start: one group per stage of every env worker (env processes x stages x group_size)."})
     auto_reset: bool = field(default=False, metadata={"help": "Reset a sub-env right after its episode ends, also inside a chunk (the rest of the chunk then runs in the new episode); the terminal observation is returned as final_obs for bootstrapping. Off: the sub-env stays done (not stepped, zero reward, active_mask false) until the next rollout epoch."})
     ignore_terminations: bool = field(default=False, metadata={"help": "Ignore the simulator's terminations (success): every episode runs to max_episode_steps; success_once/success_at_end are still reported. A crashed sub-env still ends its episode (as a failure)."})
     use_fixed_reset_state_ids: bool = field(default=False, metadata={"help": "Draw reset ids per group of group_size consecutive sub-envs, so a group shares its initial state (GRPO); off: per sub-env. Ids are reproducible: drawn from (seed, env worker/stage offset, rollout epoch, group, episode)."})
-    group_size: int = field(default=1, metadata={"help": "Sub-envs per group sharing a reset state; must divide each env worker stage's sub-envs; > 1 needs use_fixed_reset_state_ids."})
+    group_size: int = field(default=1, metadata={"help": "Sub-envs per group sharing a reset state; must divide each env worker stage's sub-envs; > 1 needs use_fixed_reset_state_ids. env.train.group_size must equal algorithm.group_size."})
     seed: int = field(default=0, metadata={"help": "Seed of the reset-id stream (combined with the env worker/stage offset) and of the simulators."})
     max_episode_steps: int = field(default=50, metadata={"help": "Env steps after which an episode is truncated (the simulator's own time limit is ignored)."})
     use_rel_reward: bool = field(default=False, metadata={"help": "Pay r_t - r_(t-1) within an episode (after reward_coef), so a held success is paid once."})

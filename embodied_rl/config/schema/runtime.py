@@ -61,9 +61,8 @@ class ChannelConfig:
 
 @dataclass
 class EnvGroupConfig:
-    group_name: str = field(default="EnvGroup", metadata={"help": "Name of the env worker group (Ray actor names and logs)."})
+    group_name: str = field(default="EnvGroup", metadata={"help": "Name of the env worker group: its Ray actors are named <group_name>_<rank> in the run's Ray namespace (ray list actors, dashboard) and errors name it."})
     channel: ChannelConfig = field(default_factory=ChannelConfig)
-    enable_offload: bool = field(default=False, metadata={"help": "Stop the simulators' renderers between rollouts so a collocated actor can use the memory."})
     train: EnvConfig = field(default_factory=EnvConfig)
     eval: EnvConfig = field(default_factory=EnvConfig)
 
@@ -75,11 +74,11 @@ class RolloutModelConfig:
 
 @dataclass
 class RolloutConfig:
-    group_name: str = field(default="RolloutGroup", metadata={"help": "Name of the rollout worker group."})
+    group_name: str = field(default="RolloutGroup", metadata={"help": "Name of the rollout worker group (Ray actors <group_name>_<rank>)."})
     channel: ChannelConfig = field(
         default_factory=lambda: ChannelConfig(name="${env.channel.name}", queue_name="action_buffer"),
     )
-    backend: Literal["huggingface", "vllm"] = field(default="huggingface", metadata={"help": "Inference engine: huggingface (batched torch forward). vllm is not implemented yet."})
+    backend: Literal["huggingface"] = field(default="huggingface", metadata={"help": "Inference engine: huggingface (batched torch forward of the policy)."})
     pipeline_stage_num: int = field(default=1, metadata={"help": "Env sub-batches per worker that alternate between stepping and inference; 2 overlaps env stepping with policy inference, 1 = no overlap."})
     enable_offload: bool = field(default=False, metadata={"help": "Move the rollout model off the accelerator while the actor trains (collocated placement)."})
     model: RolloutModelConfig = field(default_factory=RolloutModelConfig)
@@ -117,13 +116,10 @@ class FSDPConfig:
 
 @dataclass
 class ActorConfig:
-    group_name: str = field(default="ActorGroup", metadata={"help": "Name of the actor (training) worker group."})
-    channel: ChannelConfig = field(
-        default_factory=lambda: ChannelConfig(name="${env.channel.name}", queue_name="replay_buffer"),
-    )
+    group_name: str = field(default="ActorGroup", metadata={"help": "Name of the actor (training) worker group (Ray actors <group_name>_<rank>)."})
     training_backend: Literal["fsdp"] = field(default="fsdp", metadata={"help": "Training engine: fsdp (torch FSDP2; gloo on CPU, NCCL on GPU)."})
-    micro_batch_size: int = field(default=8, metadata={"help": "Samples per forward/backward on each actor rank; gradients are accumulated up to global_batch_size."})
-    global_batch_size: int = field(default=160, metadata={"help": "Samples per optimizer step over all actor ranks; must be a multiple of micro_batch_size x actor world size."})
+    micro_batch_size: int | None = field(default=None, metadata={"help": "Samples per forward/backward on each actor process; gradients are accumulated up to global_batch_size. null = global_batch_size / actor processes (no accumulation), derived at start."})
+    global_batch_size: int | None = field(default=None, metadata={"help": "Samples (chunks) per optimizer step over all actor ranks; a multiple of micro_batch_size x actor processes that divides the rollout batch. null = the whole rollout batch (one optimizer step per update epoch), derived from the machine at start."})
     enable_offload: bool = field(default=False, metadata={"help": "Move weights, gradients and optimizer state to CPU while the rollout runs (collocated placement)."})
     seed: int = field(default="${runner.seed}", metadata={"help": "Seed of parameter initialisation (value head, LoRA) and minibatch shuffling."})  # type: ignore[assignment]
     model: ModelConfig = field(default_factory=ModelConfig)

@@ -1,0 +1,81 @@
+"""Sizes that depend on the machine, derived from the resource slots before anything starts.
+
+`plan_run(cfg, resources)` parses `cluster.component_placement` against the slots, fills the
+keys left null for derivation and returns the process counts every worker group will have:
+
+    env.<mode>.total_num_envs: null  ->  env processes x rollout.pipeline_stage_num x env.<mode>.group_size
+                                         (one group of sub-envs per stage of every env worker)
+    actor.global_batch_size: null    ->  the whole rollout batch (one optimizer step per update epoch):
+                                         env.train.total_num_envs x chunk steps x algorithm.rollout_epoch
+    actor.micro_batch_size: null     ->  each actor process's share of a minibatch (no accumulation):
+                                         actor.global_batch_size / actor processes
+
+So a config that leaves them null runs on 2 CPU slots or on 64 GPUs alike, and one that sets
+them is checked against the machine here (see `config/checks.py`, `@plan_check`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from embodied_rl.config.resources import Resources
+from embodied_rl.config.schema import RootConfig
+from embodied_rl.runtime.placement import Placement, parse_component_placement
+
+MODES = ("train", "eval")
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    resources: Resources
+    placement: Placement
+
+    @property
+    def env_workers(self) -> int:
+        return self.placement["env"].num_processes
+
+    @property
+    def rollout_workers(self) -> int:
+        return self.placement["rollout"].num_processes
+
+    @property
+    def actor_world_size(self) -> int:
+        return self.placement["actor"].num_processes
+
+
+def chunk_steps_per_epoch(cfg: RootConfig, mode: str) -> int:
+    """Chunk steps of one rollout epoch: one full episode horizon (ceil(max_episode_steps / C))."""
+    return math.ceil(getattr(cfg.env, mode).max_episode_steps / cfg.actor.model.num_action_chunks)
+
+
+def rollout_batch_size(cfg: RootConfig) -> int:
+    """Samples (chunks) of one training step's rollout over all env workers."""
+    return cfg.env.train.total_num_envs * chunk_steps_per_epoch(cfg, "train") * cfg.algorithm.rollout_epoch
+
+
+def used_modes(cfg: RootConfig) -> tuple[str, ...]:
+    return ("eval",) if cfg.runner.only_eval else MODES
+
+
+def plan_run(cfg: RootConfig, resources: Resources) -> RunPlan:
+    """Parse the placement and fill the derived sizes of `cfg` in place (see module docstring)."""
+    placement = parse_component_placement(
+        cfg.cluster.component_placement, num_slots=resources.num_slots,
+        slots_per_node=resources.slots_per_node, accelerator=resources.accelerator,
+    )
+    plan = RunPlan(resources, placement)
+    for component in ("env", "rollout") if cfg.runner.only_eval else ("env", "rollout", "actor"):
+        plan.placement[component]  # a missing component is a one-line error naming the key
+    for mode in MODES:
+        env_cfg = getattr(cfg.env, mode)
+        if env_cfg.total_num_envs is None:
+            env_cfg.total_num_envs = plan.env_workers * cfg.rollout.pipeline_stage_num * env_cfg.group_size
+    a = cfg.actor
+    if a.global_batch_size is None and cfg.env.train.total_num_envs > 0:
+        a.global_batch_size = rollout_batch_size(cfg)
+    if a.micro_batch_size is None and "actor" in placement and a.global_batch_size is not None:
+        a.micro_batch_size = max(1, a.global_batch_size // plan.actor_world_size)
+    return plan
+
+
+__all__ = ["RunPlan", "chunk_steps_per_epoch", "plan_run", "rollout_batch_size", "used_modes"]
