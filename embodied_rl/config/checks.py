@@ -187,7 +187,10 @@ def _checkpoints(cfg: RootConfig) -> None:
 
 @config_check
 def _model_files(cfg: RootConfig) -> None:
+    from embodied_rl.models.registry import policy_class
+
     m = cfg.actor.model
+    policy_class(m.model_type)
     for key, path in (("actor.model.model_path", m.model_path), ("rollout.model.model_path", cfg.rollout.model.model_path)):
         if not (Path(path) / "config.json").is_file() and m.create_preset is None:
             raise ConfigError(

@@ -1,0 +1,151 @@
+"""A catalogue of configs users get wrong: each is refused before anything starts.
+
+For every case, `embodied-rl train|eval` must exit 2 with one line on stderr naming the key,
+print no traceback, and leave no trace: no Ray session, no child process, no model file, no run
+directory. The cases run through the real CLI entry in one fresh interpreter (a test process
+may already hold a Ray session, which would hide one started by mistake); two of them also
+run as the installed `embodied-rl` command.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# (command, arguments, expected part of the error line)
+CASES: list[tuple[str, list[str], str]] = [
+    # sizes that do not fit the machine or each other
+    ("train", ["env.train.total_num_envs=3"], "env.train.total_num_envs=3 must be a multiple of env workers"),
+    ("train", ["env.train.total_num_envs=-1"], "env.train.total_num_envs: must be >= 1"),
+    ("train", ["env.eval.total_num_envs=5"], "env.eval.total_num_envs=5 must be a multiple"),
+    ("train", ["actor.global_batch_size=7"], "actor.global_batch_size=7 must be a multiple of actor.micro_batch_size"),
+    ("train", ["actor.global_batch_size=6", "actor.micro_batch_size=3"], "actor.global_batch_size=6 must divide the rollout batch"),
+    ("train", ["actor.micro_batch_size=0"], "actor.micro_batch_size: must be >= 1"),
+    ("train", ["rollout.pipeline_stage_num=0"], "rollout.pipeline_stage_num: must be >= 1"),
+    ("train", ["cluster.num_cpu_slots=0"], "cluster.num_cpu_slots: must be >= 1"),
+    ("train", ["cluster.num_nodes=2"], "cluster.num_nodes=2 needs a running Ray cluster"),
+    # placement
+    ("train", ['cluster.component_placement={"actor,env,rolout": all}'], "unknown component 'rolout'"),
+    ("train", ["cluster.component_placement={actor: 0-5, env: all, rollout: all}"], "rank 5 out of range"),
+    ("train", ["cluster.component_placement={env: all, rollout: all}"], "cluster.component_placement has no entry for 'actor'"),
+    ("train", ["cluster.component_placement={actor: all, env: 0, rollout: 0-1}"], "env processes must be a multiple of 2 rollout processes"),
+    ("train", ["cluster.component_placement=actor"], "takes a mapping, got 'actor'; quote the whole override"),
+    # episodes and groups
+    ("train", ["env.train.max_episode_steps=0"], "env.train.max_episode_steps: must be >= 1"),
+    ("train", ["algorithm.group_size=2"], "algorithm.group_size=2 and env.train.group_size=1 must be equal"),
+    ("train", ["env.train.group_size=2", "algorithm.group_size=2"], "env.train.group_size=2 needs env.train.use_fixed_reset_state_ids=true"),
+    ("train", ["env.train.reward_coef=.nan"], "env.train.reward_coef: must be a finite number"),
+    ("train", ["env.train.action_adapter.scale=[1.0, 2.0]"], "env.train.action_adapter.scale has 2 values"),
+    ("train", ["env.eval.subproc.step_timeout_s=0"], "env.eval.subproc.step_timeout_s: must be > 0"),
+    ("train", ["env.train.init_params.obs_mode=state"], "env.train.init_params.obs_mode: expected one of 'rgb', got 'state'"),
+    ("train", ["+env.train.init_params.bogus=1"], "bogus"),
+    ("train", ["env.train=no_such_task"], "env.train: unknown env config 'no_such_task'"),
+    ("train", ["env.train=missing/task.yaml"], "env.train: env config file not found: missing/task.yaml"),
+    # algorithm and critic
+    ("train", ["actor.model.add_value_head=false"], "algorithm.adv_type=gae trains a critic: set actor.model.add_value_head=true"),
+    ("train", ["actor.model.value_type=action_level"], "set actor.model.value_type=chunk_level"),
+    ("train", ["algorithm.adv_type=grpo"], "needs algorithm.group_size >= 2"),
+    ("train", ["algorithm.adv_type=ppo"], "adv_type"),
+    ("train", ["algorithm.gamma=1.5"], "algorithm.gamma=1.5 must be in [0, 1]"),
+    ("train", ["algorithm.kl_penalty=full", "algorithm.kl_beta=0.1"], "kl_penalty"),
+    ("train", ["algorithm.use_kl_loss=true", "algorithm.kl_loss_coef=0"], "kl_loss_coef"),
+    # optimizer
+    ("train", ["actor.optim.lr=-1e-4"], "actor.optim.lr: must be > 0"),
+    ("train", ["actor.optim.value_lr=0"], "actor.optim.value_lr: must be > 0"),
+    ("train", ["actor.optim.min_lr=1.0"], "actor.optim.min_lr=1.0 must be in [0, actor.optim.lr"),
+    ("train", ["actor.optim.adam_beta1=1.0"], "adam_beta1/adam_beta2 must be in [0, 1)"),
+    # precision, devices, engines
+    ("train", ["actor.model.attn_implementation=flash_attention_2"], "flash_attention_2 runs only in fp16/bf16"),
+    ("train", ["actor.model.attn_implementation=flash_attention_2", "actor.model.precision=bf16"], "flash_attention_2 needs CUDA GPUs"),
+    ("train", ["actor.fsdp_config.mixed_precision.param_dtype=fp16"], "param_dtype=fp16 needs loss scaling"),
+    ("train", ["actor.enable_offload=true"], "actor.enable_offload=true needs GPUs"),
+    ("train", ["rollout.enable_offload=true"], "rollout.enable_offload=true needs GPUs"),
+    ("train", ["actor.fsdp_config.cpu_offload=true"], "actor.fsdp_config.cpu_offload=true needs GPUs"),
+    ("train", ["env.train.init_params.sim_backend=gpu"], "sim_backend=gpu needs CUDA GPUs"),
+    ("train", ["rollout.backend=vllm"], "rollout.backend: expected one of 'huggingface'"),
+    ("train", ["actor.training_backend=megatron"], "actor.training_backend: expected one of 'fsdp'"),
+    # model and checkpoint files
+    ("train", ["actor.model.model_path=nowhere/model", "actor.model.create_preset=null"], "actor.model.model_path=nowhere/model: no checkpoint there"),
+    ("train", ["actor.model.is_lora=true", "actor.model.lora_path=nowhere/adapters"], "actor.model.lora_path=nowhere/adapters: no adapter_config.json"),
+    ("train", ["actor.model.model_type=octo"], "actor.model.model_type"),
+    ("train", ["runner.ckpt_path=nowhere/ckpt"], "runner.ckpt_path loads weights for evaluation only"),
+    ("eval", ["runner.ckpt_path=nowhere/ckpt"], "runner.ckpt_path=nowhere/ckpt: no such directory"),
+    ("train", ["runner.resume_dir=latest"], "runner.resume_dir=latest: no complete checkpoint"),
+    ("eval", ["runner.resume_dir=latest"], "runner.resume_dir continues training"),
+    # runner, logger, typos
+    ("train", ["runner.max_steps=0"], "runner.max_steps: must be >= 1"),
+    ("train", ["runner.save_interval=0"], "runner.save_interval: must be >= 1, or -1"),
+    ("train", ["runner.val_check_interval=-2"], "runner.val_check_interval: must be >= 1, or -1"),
+    ("train", ["runner.logger.logger_backends=[console, console]"], "duplicate entries"),
+    ("train", ["runner.logger.logger_backends=[mlflow]"], "logger_backends"),
+    ("train", ["runner.max_step=3"], "runner.max_step"),
+    ("train", ["env.group_name=has space"], "env.group_name='has space'"),
+    ("train", ["no_such_experiment"], "unknown experiment config 'no_such_experiment'"),
+    ("train", ["libero_grpo_tiny", "env.train.total_num_envs=3"], "env.train.total_num_envs=3 must be a multiple"),
+    ("train", ["maniskill_grpo_tiny", "env.train.total_num_envs=6"], "env.train.group_size=2 must divide the 3 sub-envs"),
+]
+
+# Runs every case through the real CLI entry in this fresh interpreter and reports what it saw.
+DRIVER = r"""
+import contextlib, io, json, sys, traceback
+import psutil
+from embodied_rl import cli
+out = []
+for command, args in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            code = cli.main([command, *args])
+        except BaseException:
+            code, err = "raised", io.StringIO(traceback.format_exc())
+    out.append({"code": code, "stderr": err.getvalue(),
+                "ray_initialized": "ray" in sys.modules and sys.modules["ray"].is_initialized(),
+                "children": [" ".join(p.cmdline()[:2]) for p in psutil.Process().children(recursive=True)]})
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
+    cwd = tmp_path_factory.mktemp("badcfg")
+    cases = [(cmd, [*args, f"runner.output_dir={cwd}/runs/{i}"]) for i, (cmd, args, _) in enumerate(CASES)]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(cases)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return cwd, json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_catalogue_is_large_enough() -> None:
+    assert len(CASES) >= 30
+    assert len({(c, tuple(a)) for c, a, _ in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("index", range(len(CASES)), ids=[" ".join(a) for _, a, _ in CASES])
+def test_bad_config_is_one_line_exit_2_and_leaves_no_trace(outcomes: tuple[Path, list[dict]], index: int) -> None:
+    cwd, results = outcomes
+    _, _, expected = CASES[index]
+    got = results[index]
+    lines = got["stderr"].strip().splitlines()
+    assert got["code"] == 2, got["stderr"][-3000:]
+    assert len(lines) == 1 and lines[0].startswith("error: "), got["stderr"][-3000:]
+    assert "Traceback" not in got["stderr"]
+    assert expected in lines[0], lines[0]
+    assert not got["ray_initialized"], "Ray was initialised"
+    assert got["children"] == [], f"processes were started: {got['children']}"
+    assert not (cwd / "runs" / str(index)).exists(), "a run directory was created"
+    assert not (cwd / "models").exists() and not (cwd / "nowhere").exists(), "a model file was created"
+
+
+@pytest.mark.parametrize("args", [["env.train.total_num_envs=3"], ["cluster.component_placement=actor", "cluster.component_placement=env"]])
+def test_installed_command_exits_2_with_one_line(tmp_path: Path, args: list[str]) -> None:
+    exe = Path(sys.executable).with_name("embodied-rl")
+    proc = subprocess.run([str(exe), "train", *args], cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("error: ")
+    assert list(tmp_path.iterdir()) == []

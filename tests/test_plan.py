@@ -1,0 +1,72 @@
+"""Sizes derived from the machine: every shipped config fits 2, 4, 16 and 64 CPU slots and GPU
+nodes, without those machines (the resources are given, as Ray would report them)."""
+from __future__ import annotations
+
+import pytest
+
+from embodied_rl.config.loader import CONFIG_DIR, available, load_config
+from embodied_rl.config.plan import chunk_steps_per_epoch, plan_run
+from embodied_rl.config.resources import Resources, from_totals
+from embodied_rl.errors import ConfigError
+
+MACHINES = [Resources(1, n, "cpu") for n in (2, 4, 16, 64)] + [Resources(1, 8, "gpu"), Resources(4, 8, "gpu")]
+
+
+@pytest.mark.parametrize("name", available(CONFIG_DIR))
+@pytest.mark.parametrize("res", MACHINES, ids=lambda r: f"{r.num_nodes}x{r.slots_per_node}{r.accelerator}")
+def test_shipped_configs_fit_every_machine(name: str, res: Resources) -> None:
+    cfg = load_config(name, resources=res)
+    stages, slots = cfg.rollout.pipeline_stage_num, res.num_slots
+    # The shipped configs place every component on every slot: one process of each per slot.
+    assert cfg.env.train.total_num_envs == slots * stages * cfg.env.train.group_size
+    assert cfg.env.eval.total_num_envs == slots * stages * cfg.env.eval.group_size
+    rollout_batch = cfg.env.train.total_num_envs * chunk_steps_per_epoch(cfg, "train") * cfg.algorithm.rollout_epoch
+    assert cfg.actor.global_batch_size == rollout_batch
+    assert cfg.actor.global_batch_size % (cfg.actor.micro_batch_size * slots) == 0
+
+
+def test_default_job_on_two_cores_keeps_its_shape() -> None:
+    cfg = load_config("maniskill_ppo_tiny", resources=Resources(1, 2, "cpu"))
+    assert (cfg.env.train.total_num_envs, cfg.env.eval.total_num_envs) == (4, 4)
+    assert (cfg.actor.global_batch_size, cfg.actor.micro_batch_size) == (20, 5)
+
+
+def test_explicit_sizes_are_kept_and_checked() -> None:
+    res = Resources(1, 4, "cpu")
+    cfg = load_config("maniskill_ppo_tiny", ["env.train.total_num_envs=16", "actor.global_batch_size=40",
+                                             "actor.micro_batch_size=5"], resources=res)
+    assert (cfg.env.train.total_num_envs, cfg.actor.global_batch_size, cfg.actor.micro_batch_size) == (16, 40, 5)
+    with pytest.raises(ConfigError, match=r"env.train.total_num_envs=4 must be a multiple of env workers \(4"):
+        load_config("maniskill_ppo_tiny", ["env.train.total_num_envs=4"], resources=res)
+
+
+def test_disaggregated_placement_derives_from_the_env_processes() -> None:
+    placement = 'cluster.component_placement={"env": "0-2", "rollout": "3", "actor": "3"}'
+    cfg = load_config("maniskill_ppo_tiny", [placement], resources=Resources(1, 4, "cpu"))
+    assert cfg.env.train.total_num_envs == 3 * 2
+    assert cfg.actor.global_batch_size == 6 * 5  # 6 sub-envs x 5 chunk steps, on one actor process
+    cfg = load_config("maniskill_ppo_tiny", [placement, "actor.micro_batch_size=null"], resources=Resources(1, 4, "cpu"))
+    assert cfg.actor.micro_batch_size == cfg.actor.global_batch_size  # derived: no accumulation
+
+
+def test_plan_counts_processes() -> None:
+    cfg = load_config("maniskill_ppo_tiny", resources=Resources(1, 2, "cpu"))
+    plan = plan_run(cfg, Resources(1, 2, "cpu"))
+    assert (plan.env_workers, plan.rollout_workers, plan.actor_world_size) == (2, 2, 2)
+
+
+@pytest.mark.parametrize(("cpus", "gpus", "nodes", "slots", "expected"), [
+    (2, 0, 1, None, (1, 2, "cpu")),
+    (64, 0, 1, None, (1, 64, "cpu")),
+    (64, 0, 2, None, (2, 32, "cpu")),
+    (2, 0, 1, 4, (1, 4, "cpu")),
+    (96, 16, 2, None, (2, 8, "gpu")),
+])
+def test_resources_from_ray_totals(cpus: int, gpus: int, nodes: int, slots: int | None, expected: tuple) -> None:
+    res = from_totals(cpus, gpus, num_nodes=nodes, num_cpu_slots=slots, source="test")
+    assert (res.num_nodes, res.slots_per_node, res.accelerator) == expected
+
+
+def test_gpu_count_must_split_over_nodes() -> None:
+    with pytest.raises(ConfigError, match="cluster.num_nodes=2: 3 GPUs"):
+        from_totals(8, 3, num_nodes=2, num_cpu_slots=None, source="test")
