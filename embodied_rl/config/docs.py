@@ -30,13 +30,37 @@ embodied-rl print-config my_experiment.yaml +env.train.init_params.robot_uids=pa
 - `key=value` sets an existing key; values are YAML (`3`, `true`, `[a, b]`, `null`).
 - `+key=value` adds a key to a free-form section (`env.<train|eval>.init_params`,
   `cluster.component_placement`).
+- A mapping on the command line must be quoted, or the shell splits it at spaces and
+  brace-expands it at commas: `'cluster.component_placement={"actor,env,rollout": 0-1}'`
+  (an unquoted one is an error that says so).
 - `env.train=<name>` / `env.eval=<name>` pick an env config from `env_configs/<name>.yaml`
-  (in a YAML: `defaults: [env/<name>@env.train, env/<name>@env.eval]`).
+  (in a YAML: `defaults: [env/<name>@env.train, env/<name>@env.eval]`); a path to a YAML
+  file works too (`env.train=path/to/task.yaml`, relative to the working directory).
 - Experiment configs live in `configs/`, env configs in `env_configs/`; an unknown name
   is an error that lists the available ones.
 - `${a.b}` interpolates another key; `${oc.env:VAR}` reads an environment variable.
 - Unknown keys, wrong types, `???` (required) values and invalid choices are errors that
   name the key. The resolved config is saved as `<runner.logger.log_path>/config.yaml`.
+
+**Sizes derived from the machine.** Placement ranks refer to resource slots: GPUs, or on
+nodes without GPUs CPU slots (`cluster.num_cpu_slots`, default the CPU count), counted on
+this machine, or read from the running cluster with `cluster.address`. Keys left `null`
+are filled from them before anything starts (`print-config` shows the result):
+
+| key | `null` means |
+|---|---|
+| `env.<train\|eval>.total_num_envs` | env processes x `rollout.pipeline_stage_num` x `env.<mode>.group_size` |
+| `actor.global_batch_size` | the whole rollout batch: `env.train.total_num_envs` x chunk steps x `algorithm.rollout_epoch` |
+| `actor.micro_batch_size` | `actor.global_batch_size` / actor processes (no gradient accumulation) |
+
+So the shipped configs run on 2 CPU slots or 64 GPUs unchanged; a size set explicitly is
+checked against the machine instead.
+
+**Checked before anything starts.** Every rule across keys (`embodied_rl/config/checks.py`:
+placement, env split over workers and stages, group sizes, batch divisibility, critic and
+value head, learning rates, precision and attention kernel, GPU-only options, model,
+checkpoint and adapter paths) runs in `print-config` and at the start of `train`/`eval`,
+before Ray, a model file or a run directory is created: one line naming the keys, exit 2.
 """
 
 
