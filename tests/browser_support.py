@@ -20,6 +20,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 TASKS = [("PickCube-v1", "pick up the red cube"), ("PushCube-v1", "push the cube <b>to</b> the goal")]
 FRAMES = 24  # per video; episodes of 8-16 frames at 10 fps
+CUT_EPISODE_STEPS = 8  # the auto-reset video's episodes
 
 
 def _record(run: Path, mode: str, step: int, success_env0: bool) -> None:
@@ -54,14 +55,49 @@ def _record(run: Path, mode: str, step: int, success_env0: bool) -> None:
     rec.end()
 
 
+def _record_cut_at_start(run: Path, step: int) -> None:
+    """A video as every default training run records it (auto_reset, episodes as long as the
+    rollout): both envs' episodes end at the last chunk boundary, auto-reset, and the video ends
+    on the new episodes' first frame. Recorder calls in ChunkedVectorEnv's order."""
+    from embodied_rl.envs.messages import EnvObservation, EpisodeSummary
+    from embodied_rl.envs.video import VideoRecorder
+
+    task, text = TASKS[0]
+    rec = VideoRecorder(str(run / "video" / "train"), fps=10, info_on_video=True, tag="worker1_stage0",
+                        simulator="maniskill", env_worker=1, stage=0)
+    rec.begin(step, step, "train", run.name)
+
+    def frame(t: int, steps: np.ndarray, reward: float) -> None:
+        images = np.zeros((2, 64, 64, 3), np.uint8)
+        images[:, :, :, 1] = 40 + 16 * t
+        obs = EnvObservation(images, np.zeros((2, 4), np.float32), [text] * 2)
+        rec.add_frame(obs, np.full(2, reward, np.float32), np.zeros(2, bool), steps.copy())
+
+    for i in range(2):
+        rec.episode_start(i, task, text, reset_id=100 * step + i)
+    steps = np.zeros(2, int)
+    frame(0, steps, 0.0)  # the reset frame
+    for t in range(1, CUT_EPISODE_STEPS + 1):  # two chunks of 4 actions
+        steps += 1
+        frame(t, steps, 0.1)
+    for i in range(2):
+        rec.episode_end(EpisodeSummary(i, task, text, 100 * step + i, 0.1 * CUT_EPISODE_STEPS,
+                                       CUT_EPISODE_STEPS, False, False))
+        rec.episode_start(i, task, text, reset_id=100 * step + 2 + i)
+    frame(CUT_EPISODE_STEPS + 1, np.zeros(2, int), 0.0)  # the new episodes' first frame, then the rollout ends
+    rec.end()
+
+
 def make_fixture_run(base: Path) -> Path:
-    """runs/fixture_exp with train videos at steps 1 and 2, an eval video at step 2, a video
-    whose sidecar is missing, one whose sidecar is corrupt, metrics.jsonl and config.yaml."""
+    """runs/fixture_exp with train videos at steps 1 and 2 (plus, at step 2, one whose two
+    episodes auto-reset at the rollout end: two cut-at-start stubs), an eval video at step 2, a
+    video whose sidecar is missing, one whose sidecar is corrupt, metrics.jsonl and config.yaml."""
     run = base / "runs" / "fixture_exp"
     run.mkdir(parents=True)
     (run / "config.yaml").write_text("runner:\n  experiment_name: fixture_exp\n")
     _record(run, "train", 1, success_env0=False)
     _record(run, "train", 2, success_env0=True)
+    _record_cut_at_start(run, 2)
     _record(run, "eval", 2, success_env0=True)
     broken = run / "video" / "train" / "step_000003"
     broken.mkdir(parents=True)

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import io
 import json
+import struct
+import zlib
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -18,6 +21,61 @@ def _lines(run_dir) -> list[dict]:
     return [json.loads(line) for line in (run_dir / METRICS_FILE).read_text().splitlines()]
 
 
+def _tensorboard_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """tag -> [(step, value)] as TensorBoard itself reads the event files (purges applied)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "tensorboard"))
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+_WANDB_BLOCK, _WANDB_HEADER = 32768, b":W&B\xe1\xbe\x00"  # ident, magic 0xBEE1, version 0
+
+
+def _wandb_records(path: Path) -> list:
+    """The protobuf records of an offline `.wandb` transaction log.
+
+    wandb >= 0.19 has no Python reader (its Go core writes the file), so this follows the
+    format it documents: LevelDB log blocks of 32 KiB after a 7-byte header, each chunk
+    `crc32(type + data) | uint16 length | type (1 full, 2 first, 3 middle, 4 last)`, and
+    every record a `wandb_internal_pb2.Record`. Checksums are verified.
+    """
+    from wandb.proto import wandb_internal_pb2
+
+    data = path.read_bytes()
+    assert data.startswith(_WANDB_HEADER), data[:7]
+    records, pos, parts = [], len(_WANDB_HEADER), b""
+    while pos + 7 <= len(data):
+        left = _WANDB_BLOCK - pos % _WANDB_BLOCK
+        crc, size, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if left < 7 or (crc, size, kind) == (0, 0, 0):  # block trailer padding
+            pos += left
+            continue
+        payload = data[pos + 7:pos + 7 + size]
+        assert zlib.crc32(payload, zlib.crc32(bytes([kind]))) == crc, f"bad checksum at byte {pos}"
+        parts += payload
+        pos += 7 + size
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(parts)
+            records.append(record)
+            parts = b""
+    return records
+
+
+def _wandb_history(run_dir: Path) -> dict[int, dict[str, float]]:
+    """step -> {metric: value} of the offline wandb run's logged history rows."""
+    (log,) = (run_dir / "wandb").glob("offline-run-*/run-*.wandb")
+    rows = {}
+    for record in _wandb_records(log):
+        if record.WhichOneof("record_type") != "history":
+            continue
+        items = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+        rows[record.history.step.num] = {k: v for k, v in items.items() if not k.startswith("_")}
+    return rows
+
+
 def test_all_backends_write_files_and_wandb_stays_offline(tmp_path, monkeypatch):
     for var in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_BASE_URL"):
         monkeypatch.delenv(var, raising=False)
@@ -31,12 +89,39 @@ def test_all_backends_write_files_and_wandb_stays_offline(tmp_path, monkeypatch)
     rows = _lines(tmp_path)
     assert [r["step"] for r in rows] == [1, 2]
     assert rows[0]["train/actor/policy_loss"] == 0.5 and rows[1]["train/actor/policy_loss"] is None  # strict JSON
-    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
-    offline_runs = list((tmp_path / "wandb").glob("offline-run-*"))
-    assert offline_runs, sorted(p.name for p in (tmp_path / "wandb").iterdir())
+    # Non-finite values are left out of TensorBoard and wandb (no NaN points on the charts).
+    assert _tensorboard_scalars(tmp_path) == {
+        "train/actor/policy_loss": [(1, 0.5)], "env/success_once": [(1, 0.25), (2, 0.5)], "time/step": [(1, 1.0)]}
+    assert _wandb_history(tmp_path) == {
+        1: {"train/actor/policy_loss": 0.5, "env/success_once": 0.25, "time/step": 1.0}, 2: {"env/success_once": 0.5}}
     text = out.getvalue()
     assert "| train/actor/policy_loss" in text  # console table
-    assert "[step 2/2]" in text and "success 0.500" in text and "ETA" in text
+    assert "[step 1/2]" in text and "ETA" in text.split("[step 1/2]")[1].splitlines()[0]
+
+
+def _progress_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(("[step", "[done"))]
+
+
+def test_progress_line_of_a_finished_run_says_done_without_eta(tmp_path):
+    out = io.StringIO()
+    with MetricsLogger(_cfg(), tmp_path / "train", total_steps=2, stream=out) as logger:
+        logger.log(1, {"env/success_once": 0.25})
+        logger.log(2, {"env/success_once": 0.5})
+    first, last = _progress_lines(out.getvalue())
+    assert first.startswith("[step 1/2]") and "ETA" in first
+    assert last.startswith("[done 2/2] in ") and "ETA" not in last and last.endswith("success 0.500")
+    # Eval-only: one log at the checkpoint's step (0 without one) with total_steps=1.
+    out = io.StringIO()
+    with MetricsLogger(_cfg(), tmp_path / "eval", total_steps=1, stream=out) as logger:
+        logger.log(0, {"eval/success_once": 0.75})
+    (line,) = _progress_lines(out.getvalue())
+    assert line.startswith("[done 1/1] in ") and "ETA" not in line and line.endswith("success 0.750")
+    # A resumed run is done at total_steps too, not after total_steps more logs.
+    out = io.StringIO()
+    with MetricsLogger(_cfg(), tmp_path / "train", total_steps=3, start_step=2, stream=out) as logger:
+        logger.log(3, {"env/success_once": 1.0})
+    assert _progress_lines(out.getvalue())[0].startswith("[done 3/3]")
 
 
 def test_wandb_mode_rules(tmp_path):
@@ -51,15 +136,17 @@ def test_wandb_mode_rules(tmp_path):
 
 
 def test_resume_drops_steps_after_the_checkpoint(tmp_path):
-    with MetricsLogger(_cfg(), tmp_path, total_steps=5, stream=io.StringIO()) as logger:
+    with MetricsLogger(_cfg("tensorboard"), tmp_path, total_steps=5, stream=io.StringIO()) as logger:
         for step in (1, 2, 3):
             logger.log(step, {"train/actor/policy_loss": float(step)})
     with open(tmp_path / METRICS_FILE, "a") as f:
         f.write('{"step": 4, "train/act')  # torn line of a crash mid-write
-    with MetricsLogger(_cfg(), tmp_path, total_steps=5, start_step=2, stream=io.StringIO()) as logger:
+    with MetricsLogger(_cfg("tensorboard"), tmp_path, total_steps=5, start_step=2, stream=io.StringIO()) as logger:
         logger.log(3, {"train/actor/policy_loss": 30.0})
     rows = _lines(tmp_path)
     assert [(r["step"], r["train/actor/policy_loss"]) for r in rows] == [(1, 1.0), (2, 2.0), (3, 30.0)]
+    # TensorBoard reads both event files and drops the first run's step 3 (purge_step).
+    assert _tensorboard_scalars(tmp_path) == {"train/actor/policy_loss": [(1, 1.0), (2, 2.0), (3, 30.0)]}
 
 
 def test_rejects_unknown_metric_prefix_and_backend(tmp_path):

@@ -11,8 +11,11 @@ pytestmark = pytest.mark.browser
 
 # The fixture: 3 recorded videos x 3 episodes + 2 videos whose sidecar is missing/corrupt.
 # Per video: env 0 episode 1 (success at steps 2, failure at step 1), env 0 episode 2 (cut off
-# by the video end: unfinished), env 1 (failure).
-EPISODES, FAILURES, SUCCESSES = 9, 4, 2
+# by the video end: unfinished), env 1 (failure). Plus, at train step 2, a video like every
+# default training run's: 2 failures that auto-reset at the last chunk boundary and 2 stubs the
+# rollout end cut before their first action (hidden until asked for).
+EPISODES, FAILURES, SUCCESSES, STUBS = 11, 6, 2, 2
+AUTO_RESET_VIDEO = "train/step_000002/worker1_stage0"
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +123,54 @@ def test_page_filters_plays_compares(browser, server, tmp_path):
     assert again.locator("#episode-table tr.selected").get_attribute("data-id") == selected
     assert not errors and not errors2, errors + errors2
     again.close()
+    page.close()
+
+
+def _siblings(page) -> list[str]:
+    return page.locator("#player-pane .sibling").all_inner_texts()
+
+
+def test_cut_at_start_episodes_are_hidden_behind_a_count_and_a_toggle(browser, server, tmp_path):
+    page, errors = _open(browser, server)
+    note, toggle, stubs = page.locator("#stub-note"), page.locator("#stub-toggle"), page.locator("#episode-table tr.stub")
+    # Hidden by default, with a visible count: the run's real episodes are the list.
+    assert stubs.count() == 0 and len(_listed_ids(page)) == EPISODES + 2
+    assert page.locator("#count").inner_text() == f"{EPISODES + 2} of {EPISODES + 2} rows"
+    assert note.is_visible() and toggle.inner_text() == "Show them"
+    assert note.inner_text().startswith(f"{STUBS} episodes cut by the rollout end before their first action are hidden")
+    assert page.locator("#run-summary").inner_text().endswith(f"{EPISODES} episodes (+{STUBS} cut at start)")
+    # The episodes they follow are listed, and the player offers no hidden sibling.
+    page.click(f"#episode-table tr.episode[data-id$='{AUTO_RESET_VIDEO}#0']")
+    assert len(_siblings(page)) == 2 and not any("cut at start" in s for s in _siblings(page))
+    page.screenshot(path=str(tmp_path / "review_stubs_hidden.png"), full_page=True)
+
+    toggle.click()
+    assert stubs.count() == STUBS and len(_listed_ids(page)) == EPISODES + 2 + STUBS
+    assert page.locator("#count").inner_text() == f"{EPISODES + 2 + STUBS} of {EPISODES + 2 + STUBS} rows"
+    assert note.inner_text().startswith(f"Showing {STUBS} episodes") and toggle.inner_text() == "Hide them"
+    assert stubs.first.locator("td.result").inner_text() == "… cut at start"
+    assert stubs.first.locator("td:nth-child(8)").inner_text() == "0"  # Len: no env step
+    assert len(_siblings(page)) == 4
+    # Still playable: the player shows the episode's single frame.
+    stubs.first.click()
+    info = page.locator("#player-pane .info").inner_text()
+    assert "cut at start" in info and "9–9 of 10 @ 10 fps" in info
+    assert page.locator("#compare-this").is_disabled()  # no action to compare
+    page.screenshot(path=str(tmp_path / "review_stubs_shown.png"), full_page=True)
+    # The choice is part of the URL, like the filters.
+    assert "stubs=1" in page.url
+    again, errors2 = _open(browser, page.url)
+    assert again.locator("#episode-table tr.stub").count() == STUBS
+    again.close()
+
+    # The count follows the filters: none at step 1, so no note there.
+    toggle.click()
+    assert stubs.count() == 0 and "stubs=1" not in page.url
+    page.select_option("#f-outcome", "unfinished")
+    assert _outcomes(page) == ["unfinished"] * 3 and note.is_visible()
+    page.fill("#f-step-max", "1")
+    assert _outcomes(page) == ["unfinished"] and note.is_hidden()
+    assert not errors and not errors2, errors + errors2
     page.close()
 
 

@@ -30,7 +30,7 @@ def test_export_is_self_contained(run_dir, tmp_path):
     site = tmp_path / "site"
     assert main([str(run_dir), "--export", str(site)]) == 0
     data = _data(site)
-    assert len(data["videos"]) == 5 and sum(len(v["episodes"]) for v in data["videos"]) == 9
+    assert len(data["videos"]) == 6 and sum(len(v["episodes"]) for v in data["videos"]) == 13
     for video in data["videos"]:
         for src in video["sources"]:
             copied = site / src["url"]
@@ -51,7 +51,7 @@ def test_export_is_self_contained(run_dir, tmp_path):
 def test_export_links_and_refusals(run_dir, tmp_path):
     runs = discover_runs([str(run_dir)])
     counts = export_static(runs, str(tmp_path / "linked"), link=True)
-    assert counts == {"videos": 5, "episodes": 9, "files": counts["files"]} and counts["files"] >= 9
+    assert counts == {"videos": 6, "episodes": 13, "files": counts["files"]} and counts["files"] >= 11
     mp4 = tmp_path / "linked" / "files" / "0" / "video" / "train" / "step_000001" / "worker0_stage0.mp4"
     assert mp4.is_symlink() and os.path.realpath(mp4) == str(run_dir / mp4.relative_to(tmp_path / "linked" / "files" / "0"))
     (tmp_path / "other").mkdir()

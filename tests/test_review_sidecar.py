@@ -54,6 +54,17 @@ def test_problems_become_warnings_not_errors():
     assert parse_sidecar([1, 2]).warnings == ["sidecar: top level is not a JSON object"]
 
 
+def test_episodes_cut_before_their_first_action_are_stubs():
+    def stub(**ep) -> bool:
+        return parse_sidecar(_with(**{f"ep_{k}": v for k, v in ep.items()})).episodes[0].stub
+
+    assert stub(finished=False, length=0, frame_start=99, frame_end=100)
+    assert stub(finished=False, length=1, frame_start=99, frame_end=100)  # older recorders counted frames
+    assert not stub(finished=False, length=8, frame_start=91, frame_end=100)  # a partial episode: listed
+    assert not stub(finished=True, length=0, frame_start=99, frame_end=100)  # ended on reset: a real outcome
+    assert not stub()
+
+
 def test_missing_and_corrupt_files(tmp_path):
     assert "is missing" in load_sidecar(tmp_path / "a.json").warnings[0]
     (tmp_path / "b.json").write_text('{"episodes": [')

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import imageio.v3 as iio
 import numpy as np
@@ -11,6 +12,7 @@ from embodied_rl.config.schema.env import EnvConfig, VideoConfig
 from embodied_rl.envs import make_env
 from embodied_rl.envs.messages import EnvObservation
 from embodied_rl.envs.video import VideoRecorder, grid_shape
+from embodied_rl.review.sidecar import load_sidecar
 
 SIDECAR_KEYS = {"schema_version", "run_name", "mode", "global_step", "checkpoint_step", "env_worker", "stage",
                 "simulator", "video", "fps", "num_frames", "grid", "episodes"}
@@ -57,6 +59,32 @@ def test_recorded_rollout_decodes_and_sidecar_matches(tmp_path):
         assert entry["instruction"] == "stack the red cube on the green cube" and entry["task_id"] == "StackCube-v1"
     env0 = [(e["frame_start"], e["frame_end"], e["finished"]) for e in side["episodes"] if e["env_index"] == 0]
     assert env0 == [(0, 5, True), (5, 9, False)]
+
+
+@pytest.mark.maniskill
+def test_auto_reset_at_the_last_chunk_boundary_leaves_a_one_frame_stub(tmp_path):
+    """How every default training video ends: the episode lasts exactly the rollout, so it ends at
+    the last chunk boundary, auto-resets, and the rollout end cuts the new one before its first
+    action. The sidecar says so (length 0, one frame) and the review page flags it as a stub."""
+    cfg = EnvConfig(
+        env_type="maniskill", task_description="pick up the red cube", max_episode_steps=4, auto_reset=True,
+        seed=1, init_params={"id": "PickCube-v1", "camera_heights": 64, "camera_widths": 64},
+        video_cfg=VideoConfig(save_video=True, video_base_dir=str(tmp_path / "unused"), fps=10),
+    )
+    env = make_env(cfg, 1, video_dir=str(tmp_path / "video" / "train"))
+    try:
+        env.begin_video(global_step=1, checkpoint_step=1, mode="train", run_name="stub-test")
+        env.reset()
+        ran = [e for _ in range(2) for e in env.chunk_step(np.zeros((1, 2, 7), np.float32)).episodes]
+        path = env.end_video()
+    finally:
+        env.close()
+    assert [e.episode_len for e in ran] == [4]
+    side = load_sidecar(Path(path).with_suffix(".json"))
+    assert side.warnings == [] and side.num_frames == 6 == iio.imread(path).shape[0]
+    first, cut = side.episodes
+    assert (first.finished, first.length, first.frame_start, first.frame_end, first.stub) == (True, 4, 0, 5, False)
+    assert (cut.finished, cut.length, cut.frame_start, cut.frame_end, cut.stub) == (False, 0, 5, 6, True)
 
 
 def test_grid_layout_and_even_dimensions(tmp_path):

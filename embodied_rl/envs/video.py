@@ -9,7 +9,9 @@ Layout: `<video_base_dir>/step_<global_step:06d>/<tag>.mp4` and `<tag>.json` (sc
 read by the review page; keep it stable). Episode frame ranges: `frame_start` is the first frame
 showing the episode (its initial observation after `reset()`, or the frame after the previous
 episode's terminal frame for an auto-reset), `frame_end` is exclusive (one past its last frame).
-Episodes still running when the video ends are listed with `"finished": false`.
+Episodes still running when the video ends are listed with `"finished": false` and `length` =
+the env steps they took so far; 0 for an episode an auto-reset started at the rollout's last chunk
+boundary (only its first frame is in the video; the review page hides those by default).
 """
 from __future__ import annotations
 
@@ -121,6 +123,7 @@ class VideoRecorder:
         for i, entry in self._open.items():
             entry["return"] += float(rewards[i])
             entry["success_once"] = entry["success_once"] or bool(success[i])
+            entry["length"] = int(steps[i])  # so far; episode_end sets the final length
         frame = _Frame(
             main=np.array(obs.main_images, copy=True),
             wrist=None if obs.wrist_images is None else np.array(obs.wrist_images, copy=True),

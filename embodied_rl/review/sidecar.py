@@ -47,6 +47,9 @@ class Episode:
     frame_end: int | None = None
     failed: bool = False  # the simulator process crashed during this episode
     finished: bool = True  # False: still running when the video ended (outcome not final)
+    # Unfinished and cut before its first action: an auto-reset at the rollout's last chunk
+    # boundary started it, so the video holds only its first frame. Hidden by default on the page.
+    stub: bool = False
     seekable: bool = False  # frame range valid: the page may jump to it
     warnings: list[str] = field(default_factory=list)
 
@@ -111,6 +114,14 @@ def _parse_grid(raw: Any, warnings: list[str]) -> dict[str, int] | None:
     return grid
 
 
+def _is_stub(ep: Episode) -> bool:
+    """No env step taken (length 0), or a single frame (older recorders counted frames)."""
+    if ep.finished:
+        return False
+    one_frame = ep.frame_start is not None and ep.frame_end is not None and ep.frame_end - ep.frame_start == 1
+    return ep.length == 0 or one_frame
+
+
 def _parse_episode(i: int, raw: Any, side: Sidecar) -> Episode | None:
     where = f"episodes[{i}]"
     if not isinstance(raw, dict):
@@ -134,6 +145,7 @@ def _parse_episode(i: int, raw: Any, side: Sidecar) -> Episode | None:
             warns.append(f"{where}: frame_end {end} beyond num_frames {side.num_frames}")
         else:
             ep.seekable = side.fps is not None
+    ep.stub = _is_stub(ep)
     if ep.env_index is not None and side.grid and not 0 <= ep.env_index < side.grid["num_envs"]:
         warns.append(f"{where}: env_index {ep.env_index} outside grid of {side.grid['num_envs']} envs")
         ep.env_index = None

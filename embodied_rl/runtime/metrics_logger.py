@@ -83,6 +83,7 @@ class MetricsLogger:
         self._bar = self._make_bar()
         self._t0 = time.monotonic()
         self._success: float | None = None
+        self._logged = 0  # log() calls so far
 
     # ---- sinks -------------------------------------------------------------------------
     def _open_jsonl(self, start_step: int) -> TextIO:
@@ -131,14 +132,22 @@ class MetricsLogger:
         self._progress(step)
 
     def _progress(self, step: int) -> None:
-        done = step - self.start_step
-        per_step = (time.monotonic() - self._t0) / max(1, done)
-        eta = per_step * max(0, self.total_steps - step)
+        # Progress counts log() calls, not step numbers: an eval-only run logs its one result
+        # at global step 0 with total_steps=1.
+        self._logged += 1
+        completed = min(self.total_steps, self.start_step + self._logged)
+        elapsed = time.monotonic() - self._t0
+        per_step = elapsed / self._logged
         success = "n/a" if self._success is None else f"{self._success:.3f}"
+        finished = completed >= self.total_steps
         if self._bar is not None:
-            self._bar.n = step
-            self._bar.set_postfix_str(f"success {success}", refresh=True)
+            self._bar.n = completed
+            self._bar.set_postfix_str(f"{'done, ' if finished else ''}success {success}", refresh=True)
+        elif finished:
+            rate = f" ({per_step:.1f}s/step)" if self._logged > 1 else ""
+            self._write(f"[done {completed}/{self.total_steps}] in {_hms(elapsed)}{rate}, success {success}")
         else:
+            eta = per_step * (self.total_steps - completed)
             self._write(f"[step {step}/{self.total_steps}] {per_step:.1f}s/step, ETA {_hms(eta)}, success {success}")
 
     def _write(self, text: str) -> None:

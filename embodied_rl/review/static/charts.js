@@ -45,11 +45,13 @@
       return out;
     }
 
-    // Success rate and mean return of the recorded episodes, per run, mode and step.
+    // Success rate and mean return of the recorded episodes, per run, mode and step. Finished
+    // episodes only, like the env metrics: a cut-off episode's outcome and return are partial.
     videoSeries(field) {
       const acc = new Map();
       for (const v of this.catalog.videos) {
         for (const ep of v.episodes) {
+          if (ep.finished === false) continue;
           const value = field === "success" ? (ep.success == null ? null : Number(ep.success)) : ep.return;
           if (value == null || !Number.isFinite(value)) continue;
           const key = `${v.run}|${v.mode}`;

@@ -19,6 +19,7 @@
         box.append(el("div", { className: "compare-pick" }, [
           el("label", {}, ["Step ", side.step]), el("label", {}, ["Episode ", side.episode])]));
         side.player = new R.Player(box, (video, ep) => this.setEpisode(side, ep.id));
+        side.player.listed = (ep) => !R.isStub(ep);
         side.step.addEventListener("input", () => { this.fillEpisodes(side, null); this.showSide(side); });
         side.episode.addEventListener("input", () => this.showSide(side));
         return side;
@@ -27,7 +28,8 @@
 
     setCatalog(catalog) {
       this.catalog = catalog;
-      this.rows = R.rowsOf(catalog).filter((r) => r.ep && r.ep.task_id);
+      // Cut-at-start episodes show no action: nothing to compare.
+      this.rows = R.rowsOf(catalog).filter((r) => r.ep && r.ep.task_id && !R.isStub(r.ep));
       const tasks = [...new Set(this.rows.map((r) => r.ep.task_id))].sort();
       R.fillSelect(this.task, tasks.map((t) => [t, t]), true);
       this.pickDefaults(null);

@@ -11,13 +11,16 @@
       this.rows = [];
       this.visible = [];
       this.selected = null;
+      this.showStubs = false;
       this.f = { run: $("f-run"), mode: $("f-mode"), min: $("f-step-min"), max: $("f-step-max"),
         task: $("f-task"), outcome: $("f-outcome"), sort: $("f-sort") };
       for (const input of Object.values(this.f)) input.addEventListener("input", () => this.render());
       $("f-clear").addEventListener("click", () => this.clearFilters());
+      $("stub-toggle").addEventListener("click", () => this.setShowStubs(!this.showStubs));
       this.tbody = document.querySelector("#episode-table tbody");
       const pane = $("player-pane");
       this.player = new R.Player(pane, (video, ep) => this.select(this.rows.find((r) => r.ep === ep), true));
+      this.player.listed = (ep) => this.showStubs || !R.isStub(ep);
       this.compareBtn = el("button", { type: "button", id: "compare-this", textContent: "Compare with another step",
         onclick: () => this.selected && app.compare.open(this.rows.find((r) => r.id === this.selected)) });
       this.player.root.querySelector(".player-side").prepend(this.compareBtn);
@@ -28,6 +31,7 @@
     saveHash() {
       const params = new URLSearchParams();
       for (const [key, input] of Object.entries(this.f)) if (input.value) params.set(key, input.value);
+      if (this.showStubs) params.set("stubs", "1");
       if (this.selected) params.set("ep", this.selected);
       if (this.app.view !== "episodes") params.set("view", this.app.view);
       history.replaceState(null, "", "#" + params.toString());
@@ -42,6 +46,7 @@
         if (input.tagName === "SELECT" && ![...input.options].some((o) => o.value === value)) continue;
         input.value = value;
       }
+      this.showStubs = params.get("stubs") === "1";
       return { ep: params.get("ep"), view: params.get("view") };
     }
 
@@ -56,10 +61,18 @@
       document.getElementById("episode-table").classList.toggle("single-run", catalog.runs.length < 2);
       const wanted = first ? this.loadHash() : {};
       if (wanted.ep) this.selected = wanted.ep;
+      // A link to a hidden episode shows the hidden ones rather than an unlisted selection.
+      if (wanted.ep && R.isStub((this.rows.find((r) => r.id === wanted.ep) || {}).ep)) this.showStubs = true;
       this.render();
       const still = this.rows.find((r) => r.id === this.selected);
       if (still) this.select(still, false);
       if (wanted.view && wanted.view !== "episodes") this.app.setView(wanted.view);
+    }
+
+    setShowStubs(show) {
+      this.showStubs = show;
+      this.render(true);
+      if (this.player.video) this.player.renderInfo();
     }
 
     clearFilters() {
@@ -109,13 +122,16 @@
     }
 
     render(keepLimit) {
-      this.visible = this.sorted(this.rows.filter((r) => this.matches(r)));
+      const matching = this.rows.filter((r) => this.matches(r));
+      const stubs = matching.filter((r) => R.isStub(r.ep)).length;
+      this.visible = this.sorted(this.showStubs ? matching : matching.filter((r) => !R.isStub(r.ep)));
+      this.renderStubNote(stubs);
       // Long runs hold tens of thousands of episodes: build the DOM in pages.
       if (!keepLimit) this.limit = PAGE;
       const trs = [];
       for (const row of this.visible.slice(0, this.limit)) {
-        const v = row.video, ep = row.ep || {}, outcome = R.outcome(row.ep);
-        const tr = el("tr", { className: "episode" + (row.id === this.selected ? " selected" : ""),
+        const v = row.video, ep = row.ep || {}, outcome = R.outcome(row.ep), stub = R.isStub(row.ep);
+        const tr = el("tr", { className: "episode" + (stub ? " stub" : "") + (row.id === this.selected ? " selected" : ""),
           tabIndex: 0, dataset: { id: row.id, outcome: outcome }, onclick: () => this.select(row, true),
           onkeydown: (e) => { if (e.key === "Enter") this.select(row, true); } }, [
           el("td", { className: "col-run", textContent: v.run_name }), el("td", { textContent: v.mode }),
@@ -123,7 +139,7 @@
           el("td", { textContent: ep.env_index == null ? "—" : (v.env_worker == null ? "" : `w${v.env_worker} `) + `e${ep.env_index}`,
             title: "env worker and env index inside that worker's video" }), el("td", { textContent: ep.reset_id ?? "—" }),
           el("td", { textContent: R.num(ep.return) }), el("td", { textContent: ep.length ?? "—" }),
-          el("td", { className: "result " + outcome, textContent: R.outcomeLabel[outcome] }),
+          el("td", { className: "result " + outcome, textContent: R.resultLabel(row.ep), title: stub ? R.STUB_TITLE : "" }),
         ]);
         trs.push(tr);
         const warnings = R.warningsOf(row);
@@ -142,15 +158,27 @@
       }
       this.tbody.replaceChildren(...trs);
       $("empty").hidden = this.visible.length > 0;
-      $("count").textContent = `${this.visible.length} of ${this.rows.length} rows`;
+      const total = this.showStubs ? this.rows.length : this.rows.filter((r) => !R.isStub(r.ep)).length;
+      $("count").textContent = `${this.visible.length} of ${total} rows`;
       this.saveHash();
+    }
+
+    // The count of hidden (or shown) cut-at-start episodes under the current filters, with the toggle.
+    renderStubNote(count) {
+      $("stub-note").hidden = count === 0;
+      const [what, their, are] = count === 1 ? ["1 episode", "its", "is"] : [`${count} episodes`, "their", "are"];
+      const cut = `${what} cut by the rollout end before ${their} first action`;
+      $("stub-text").textContent = this.showStubs ? `Showing ${cut} (“… cut at start”).`
+        : `${cut} ${are} hidden (an auto-reset at the last chunk boundary; one frame each).`;
+      $("stub-text").title = R.STUB_TITLE;
+      $("stub-toggle").textContent = this.showStubs ? "Hide them" : "Show them";
     }
 
     select(row, autoplay) {
       if (!row) return;
       this.selected = row.id;
       for (const tr of this.tbody.querySelectorAll("tr.episode")) tr.classList.toggle("selected", tr.dataset.id === row.id);
-      this.compareBtn.disabled = !(row.ep && row.ep.task_id);
+      this.compareBtn.disabled = !(row.ep && row.ep.task_id) || R.isStub(row.ep);
       this.player.show(row.video, row.ep, autoplay);
       this.saveHash();
     }

@@ -25,9 +25,11 @@
 
   function show(catalog) {
     app.catalog = catalog;
-    const episodes = catalog.videos.reduce((n, v) => n + v.episodes.length, 0);
+    const all = catalog.videos.flatMap((v) => v.episodes);
+    const stubs = all.filter(R.isStub).length;
     const names = catalog.runs.map((r) => r.name).join(", ");
-    $("run-summary").textContent = `${names} — ${catalog.videos.length} videos, ${episodes} episodes` + (STATIC ? " (static export)" : "");
+    $("run-summary").textContent = `${names} — ${catalog.videos.length} videos, ${all.length - stubs} episodes` +
+      (stubs ? ` (+${stubs} cut at start)` : "") + (STATIC ? " (static export)" : "");
     const warnings = catalog.runs.flatMap((r) => r.warnings.map((w) => `${r.name}: ${w}`));
     $("run-warnings").replaceChildren(...warnings.map((w) => el("li", { textContent: "⚠ " + w })));
     $("run-warnings").hidden = warnings.length === 0;

@@ -8,6 +8,7 @@
   R.Player = class {
     constructor(container, onSelect) {
       this.onSelect = onSelect; // called with (video, ep) when a sibling episode is chosen
+      this.listed = () => true; // which sibling episodes to offer (the owner hides cut-at-start ones)
       this.video = null;
       this.ep = null;
       this.pendingSeek = false;
@@ -148,7 +149,9 @@
     updateReadout() {
       const fps = this.fps(), t = this.media.currentTime;
       if (!fps) { this.readout.textContent = R.num(t) + " s"; return; }
-      const frame = Math.floor(t * fps + 1e-6);
+      // At the very end (a one-frame episode that just played) t is one frame past the last.
+      const last = this.video.num_frames ? this.video.num_frames - 1 : Infinity;
+      const frame = Math.min(Math.floor(t * fps + 1e-6), last);
       const ep = this.ep;
       const span = ep && ep.seekable ? ` · episode frames ${ep.frame_start}–${ep.frame_end - 1}` : "";
       this.readout.textContent = `frame ${frame}${span}`;
@@ -191,7 +194,7 @@
       const outcome = R.outcome(this.ep);
       const yesNo = (b) => (b == null ? null : b ? "yes" : "no");
       const rows = [
-        ["Result", R.outcomeLabel[outcome]],
+        ["Result", R.resultLabel(this.ep)],
         ["Success once", yesNo(ep.success_once)], ["Success at end", yesNo(ep.success_at_end)],
         ["Task", ep.task_id], ["Instruction", ep.instruction],
         ["Run", v.run_name], ["Mode", v.mode], ["Global step", v.global_step],
@@ -209,11 +212,12 @@
         this.info.append(el("dt", { textContent: key }), el("dd", { textContent: String(value) }));
       }
       this.showWarnings(R.warningsOf({ video: v, ep: this.ep }));
-      const others = v.episodes.length > 1 ? v.episodes : [];
+      const listed = v.episodes.filter((other) => other.id === ep.id || this.listed(other));
+      const others = listed.length > 1 ? listed : [];
       this.siblings.replaceChildren(...(others.length ? [el("div", { className: "muted", textContent: "Episodes in this video:" })] : []),
         ...others.map((other) => el("button", {
           type: "button", className: "sibling" + (other.id === ep.id ? " current" : ""),
-          textContent: `env ${other.env_index} · ${R.outcomeLabel[R.outcome(other)]} · ${R.num(other.return)}`,
+          textContent: `env ${other.env_index} · ${R.resultLabel(other)} · ${R.num(other.return)}`,
           onclick: () => (this.onSelect ? this.onSelect(v, other) : this.show(v, other, true)),
         })));
     }

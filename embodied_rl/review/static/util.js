@@ -42,6 +42,16 @@ window.Review = window.Review || {};
   R.outcomeLabel = { success: "✓ success", failure: "✗ failure", crashed: "⚠ crashed",
     unfinished: "… unfinished", unknown: "? no data" };
 
+  // Episodes an auto-reset started at the rollout's last chunk boundary and the rollout end cut
+  // before their first action (one frame, nothing to judge): hidden unless asked for.
+  R.isStub = (ep) => !!(ep && ep.stub);
+  R.STUB_TITLE = "started by an auto-reset at the rollout's last chunk boundary and cut by the rollout end " +
+    "before its first action: the video holds only its first frame";
+
+  R.resultLabel = function (ep) {
+    return R.isStub(ep) ? "… cut at start" : R.outcomeLabel[R.outcome(ep)];
+  };
+
   // One row per episode; a video without (valid) episodes still gets one row with its warnings.
   R.rowsOf = function (catalog) {
     const rows = [];
