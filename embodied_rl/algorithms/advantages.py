@@ -15,8 +15,6 @@ batch keys (tensors):
   loss_mask         bool  [T, N] or [T, N, C]  optional; else pass auto_reset= to build it
   old_logprobs      float [T, N, L]  rollout log-probs (gives L when action_dim is not passed)
   ref_logprobs      float [T, N, L]  reference log-probs, for kl_beta > 0
-  full_logprobs, ref_full_logprobs  float [T, N, L, V]  log-softmax over the V=256 bins, for
-                    kl_beta > 0 with kl_penalty=full
 Order: reward_norm -> reward_clip -> KL shaping -> truncation bootstrap -> estimator ->
 normalize_advantages -> advantage_clip.
 """
@@ -148,10 +146,7 @@ def _step_mask(batch: dict[str, Tensor], auto_reset: bool | None) -> Tensor:
 
 
 def _kl_per_step(cfg: AlgorithmConfig, batch: dict[str, Tensor], num_tokens: int, num_actions: int) -> Tensor:
-    if cfg.kl_penalty == "full":
-        keys = ("full_logprobs", "ref_full_logprobs")
-    else:
-        keys = ("old_logprobs", "ref_logprobs")
+    keys = ("old_logprobs", "ref_logprobs")
     missing = [k for k in keys if k not in batch]
     if missing:
         raise ValueError(f"algorithm.kl_beta > 0 with kl_penalty={cfg.kl_penalty} needs batch keys {missing}")

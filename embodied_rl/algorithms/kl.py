@@ -1,9 +1,8 @@
 """Per-token KL estimators between the policy and a frozen reference policy.
 
-For kinds kl/abs/mse/low_var_kl, `logprobs` and `ref_logprobs` are the log-probs of the
-sampled tokens, any shape [...]. For `full`, they are full log-softmax tensors over the
-256 action bins, shape [..., V], and the exact KL(policy || ref) per token is returned.
-All return a tensor of the token shape [...].
+`logprobs` and `ref_logprobs` are the log-probs of the sampled tokens, any shape [...]
+(the rollout keeps only those, not the full distributions over the action bins); each
+estimator returns a tensor of that shape.
 """
 from __future__ import annotations
 
@@ -35,17 +34,6 @@ def kl_low_var(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     """Schulman's k3: exp(ref - pi) - (ref - pi) - 1 >= 0, clamped to [-10, 10] for stability."""
     log_ratio = (ref_logprobs - logprobs).clamp(-20.0, 20.0)
     return (torch.exp(log_ratio) - log_ratio - 1.0).clamp(-10.0, 10.0)
-
-
-@KL_PENALTIES.register("full")
-def kl_full(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
-    """Exact sum_v p(v) (log p(v) - log ref(v)) over the last (vocabulary) dim."""
-    if logprobs.shape != ref_logprobs.shape or logprobs.dim() < 2:
-        raise ValueError(
-            "kl_penalty=full needs full log-prob tensors [..., V] of equal shape for the policy "
-            f"and the reference, got {tuple(logprobs.shape)} and {tuple(ref_logprobs.shape)}"
-        )
-    return (logprobs.exp() * (logprobs - ref_logprobs)).sum(dim=-1)
 
 
 def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, kind: str) -> Tensor:

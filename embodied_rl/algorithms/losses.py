@@ -103,8 +103,6 @@ def compute_actor_critic_loss(
     returns: Tensor | None = None,
     value_mask: Tensor | None = None,
     ref_logprobs: Tensor | None = None,
-    full_logprobs: Tensor | None = None,
-    ref_full_logprobs: Tensor | None = None,
     action_dim: int | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Scalar training loss of one micro-batch and its metrics.
@@ -112,7 +110,7 @@ def compute_actor_critic_loss(
     logprobs, old_logprobs, advantages, entropy, ref_logprobs: [..., L] (leading dims are
     flattened to B); loss_mask bool [..., L]; values, old_values, returns: [..., K] and
     value_mask bool [..., K] (default: derived from loss_mask), all None for critic-free
-    estimators; full_logprobs, ref_full_logprobs [..., L, V] for kl_penalty=full.
+    estimators.
     action_dim (A) is needed for logprob_type/entropy_type action_level.
     loss = policy - entropy_bonus * entropy + kl_loss_coef * kl [+ value_loss_coef * value].
     """
@@ -149,16 +147,9 @@ def compute_actor_critic_loss(
     elif cfg.entropy_bonus > 0:
         raise ValueError("algorithm.entropy_bonus > 0 needs the policy entropy (entropy=[B, L])")
     if cfg.use_kl_loss:
-        pair = (full_logprobs, ref_full_logprobs) if cfg.kl_penalty == "full" else (logprobs, ref_logprobs)
-        if pair[1] is None or pair[0] is None:
-            need = "full_logprobs and ref_full_logprobs [B, L, V]" if cfg.kl_penalty == "full" else "ref_logprobs [B, L]"
-            raise ValueError(f"algorithm.use_kl_loss needs {need}")
-        cur, ref = pair
-        if cfg.kl_penalty == "full":
-            cur, ref = cur.reshape(-1, num_tokens, cur.shape[-1]), ref.reshape(-1, num_tokens, ref.shape[-1])
-        else:
-            ref = flat(ref)
-        kl = aggregate_loss(kl_penalty(cur, ref, cfg.kl_penalty), mask, cfg.loss_agg_func)
+        if ref_logprobs is None:
+            raise ValueError("algorithm.use_kl_loss needs ref_logprobs [B, L]")
+        kl = aggregate_loss(kl_penalty(logprobs, flat(ref_logprobs), cfg.kl_penalty), mask, cfg.loss_agg_func)
         m["actor/kl_loss"] = kl.item()
         loss = loss + cfg.kl_loss_coef * kl
     if values is not None:

@@ -49,7 +49,7 @@ are filled from them before anything starts (`print-config` shows the result):
 
 | key | `null` means |
 |---|---|
-| `env.<train\|eval>.total_num_envs` | env processes x `rollout.pipeline_stage_num` x `env.<mode>.group_size` |
+| `env.<train\\|eval>.total_num_envs` | env processes x `rollout.pipeline_stage_num` x `env.<mode>.group_size` |
 | `actor.global_batch_size` | the whole rollout batch: `env.train.total_num_envs` x chunk steps x `algorithm.rollout_epoch` |
 | `actor.micro_batch_size` | `actor.global_batch_size` / actor processes (no gradient accumulation) |
 

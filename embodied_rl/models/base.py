@@ -7,6 +7,8 @@ them on an FSDP-wrapped policy therefore gathers parameters correctly.
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,6 +86,12 @@ class BasePolicy(nn.Module):
     def load_trainable_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
         """Inverse of trainable_state_dict (exact key set; a mismatch is an error)."""
 
+    def reference_view(self) -> Callable[[], AbstractContextManager[None]] | None:
+        """The KL reference without a second model: a factory of contexts inside which forward
+        passes score as the policy does now (call it before any weight update), or None when
+        this policy cannot share its weights that way (the reference then loads a second copy)."""
+        return None
+
     @abstractmethod
     def fsdp_units(self) -> list[nn.Module]:
         """Submodules to wrap with fully_shard individually (then wrap the policy itself as root)."""
@@ -95,5 +103,8 @@ class BasePolicy(nn.Module):
     @classmethod
     @abstractmethod
     def from_checkpoint(cls, path: str | Path, model_cfg: ModelConfig, *, device: torch.device | str = "cpu",
-                        dtype: torch.dtype | None = None) -> BasePolicy:
-        """Build the policy from a checkpoint directory (model_cfg.model_path is ignored in favour of `path`)."""
+                        dtype: torch.dtype | None = None, warn_untrained_value_head: bool = True) -> BasePolicy:
+        """Build the policy from a checkpoint directory (model_cfg.model_path is ignored in favour of `path`).
+
+        warn_untrained_value_head: warn when the checkpoint has no value-head weights (the critic
+        starts untrained); False where the loaded value head is never used as is."""

@@ -59,6 +59,7 @@ class RolloutWorker:
         seed: int = 0,
         compute_ref_logprobs: bool = False,
     ):
+        from embodied_rl.models.reference import build_kl_reference
         from embodied_rl.models.registry import build_policy
 
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -68,9 +69,10 @@ class RolloutWorker:
         wiring = self.wiring
         self.env_ranks = [e for e in range(num_env_workers) if rollout_rank_of(e, num_env_workers, world_size) == rank]
         self.sampling, self.compute_values, self.enable_offload = sampling, compute_values, enable_offload
-        self.policy = build_policy(model_cfg, device=self.device).eval()
-        # The KL reference is the checkpoint as loaded; it never receives weight syncs.
-        self.ref_policy = build_policy(model_cfg, device=self.device).eval() if compute_ref_logprobs else None
+        # The value head acts only after the actor sent its own (training) or never (eval): no warning here.
+        self.policy = build_policy(model_cfg, device=self.device, warn_untrained_value_head=False).eval()
+        # The KL reference is the policy as loaded, built before any weight sync (which it never follows).
+        self.kl_reference = build_kl_reference(self.policy, model_cfg, self.device) if compute_ref_logprobs else None
         self.version = 0
         self.generator = torch.Generator(device=self.device).manual_seed(seed * 1000 + rank)
         for s in range(self.stages):
@@ -104,16 +106,16 @@ class RolloutWorker:
                 final_values = self._record_outcome(rec[s], msgs) if t > 0 and keep else None
                 obs = concat_obs([m.obs for m in msgs])
                 if t < n_chunk_steps:
-                    out = self.policy.predict(self._inputs(obs), do_sample=spec.do_sample, temperature=spec.temperature,
+                    inputs = self._inputs(obs)
+                    out = self.policy.predict(inputs, do_sample=spec.do_sample, temperature=spec.temperature,
                                               top_k=spec.top_k, compute_values=self.compute_values and keep,
                                               generator=self.generator)
                     self._send_actions(s, t, out.actions.float().cpu().numpy(), [m.obs.num_envs for m in msgs])
                     if keep:
                         self._record_step(rec[s], out, msgs)
-                        if self.ref_policy is not None:
-                            ref = self.ref_policy.evaluate_actions(self._inputs(obs), out.action_tokens, temperature=spec.temperature,
-                                                                   top_k=spec.top_k, compute_values=False)
-                            rec[s]["ref_logprobs"].append(ref["logprobs"].float().cpu())
+                        if self.kl_reference is not None:
+                            ref = self.kl_reference.logprobs(inputs, out.action_tokens, temperature=spec.temperature, top_k=spec.top_k)
+                            rec[s]["ref_logprobs"].append(ref.float().cpu())
                 elif keep and self.compute_values:
                     # V(final obs) equals V(obs) on rows that did not reset, and rows that did are done
                     # at the last step, where GAE ignores the next value: one forward serves both.
@@ -211,7 +213,7 @@ class RolloutWorker:
             action_tokens=field("action_tokens"), logprobs=field("logprobs"), rewards=field("rewards"),
             terminations=field("terminations"), truncations=field("truncations"), dones=field("dones"),
             active_mask=field("active_mask"), values=values, bootstrap_values=boot, version=self.version,
-            ref_logprobs=field("ref_logprobs") if self.ref_policy is not None else None,
+            ref_logprobs=field("ref_logprobs") if rec[0].get("ref_logprobs") else None,
         )
 
     # ------------------------------------------------------------------ weights / memory
@@ -225,10 +227,14 @@ class RolloutWorker:
 
     def offload(self) -> None:
         self.policy.to("cpu")
+        if self.kl_reference is not None:
+            self.kl_reference.to("cpu")
         torch.cuda.empty_cache()
 
     def onload(self) -> None:
         self.policy.to(self.device)
+        if self.kl_reference is not None:
+            self.kl_reference.to(self.device)
 
     def get_rng_state(self) -> torch.Tensor:
         return self.generator.get_state()

@@ -7,6 +7,8 @@ trainable and are never wrapped. Adapters are saved with peft (`adapter_config.j
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +22,8 @@ if TYPE_CHECKING:
     from embodied_rl.config.schema.model import ModelConfig
 
 ADAPTER_DIR = "lora_adapter"
+# A frozen copy of adapters loaded with the checkpoint: the KL reference when RL starts from them.
+REFERENCE_ADAPTER = "kl_reference"
 
 
 def apply_lora(core: nn.Module, cfg: ModelConfig, adapter_dir: str | Path | None) -> PeftModel:
@@ -61,4 +65,42 @@ def merged_core(vla: nn.Module) -> nn.Module:
 def save_adapters(vla: nn.Module, out_dir: str | Path) -> None:
     if isinstance(vla, PeftModel):
         # lm_head is a LoRA target but stays frozen: save only the adapters, not a copy of it.
-        vla.save_pretrained(str(Path(out_dir) / ADAPTER_DIR), save_embedding_layers=False)
+        vla.save_pretrained(str(Path(out_dir) / ADAPTER_DIR), save_embedding_layers=False,
+                            selected_adapters=[vla.active_adapter])
+
+
+def is_reference_key(key: str) -> bool:
+    """A state-dict key of the frozen reference adapter (never trained, never synced)."""
+    return REFERENCE_ADAPTER in key.split(".")
+
+
+def freeze_starting_adapters(vla: PeftModel) -> None:
+    """Keep a frozen copy of the current adapters as a second, inactive adapter (adapter-sized, not model-sized)."""
+    if REFERENCE_ADAPTER in vla.peft_config:
+        return
+    active = vla.active_adapter
+    # Same dtype as the trained adapter (peft would upcast bf16 copies), so both score alike.
+    vla.add_adapter(REFERENCE_ADAPTER, copy.deepcopy(vla.peft_config[active]), autocast_adapter_dtype=False)
+    params = dict(vla.named_parameters())
+    with torch.no_grad():
+        for name, param in params.items():
+            if is_reference_key(name):
+                source = ".".join(active if part == REFERENCE_ADAPTER else part for part in name.split("."))
+                param.copy_(params[source])
+                param.requires_grad_(False)
+
+
+@contextmanager
+def starting_adapters(vla: PeftModel) -> Iterator[None]:
+    """Forward passes inside use the adapters the policy started with: the frozen copy when
+    adapters were loaded (freeze_starting_adapters), else none (fresh adapters start as a no-op)."""
+    if REFERENCE_ADAPTER not in vla.peft_config:
+        with vla.disable_adapter():
+            yield
+        return
+    active = vla.active_adapter
+    vla.set_adapter(REFERENCE_ADAPTER, inference_mode=True)
+    try:
+        yield
+    finally:
+        vla.set_adapter(active)  # also makes it trainable again, as it was loaded

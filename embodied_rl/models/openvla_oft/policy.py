@@ -1,8 +1,12 @@
 """OpenVLA-OFT as an RL policy: processor, parallel decoding, log-probs, value head, checkpoints."""
 from __future__ import annotations
 
+import copy
 import json
 import logging
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +112,7 @@ class OpenVLAOFTPolicy(BasePolicy):
         self.prompt_tokenizer = PromptTokenizer(tokenizer, model_cfg.max_prompt_length, arch.pad_token_id)
         means, stds = image_norm or tower_norm_stats(self.vla)
         self.image_transform = ImageTransform(arch.image_size, means, stds, center_crop=model_cfg.center_crop)
+        self.loaded_adapters = False  # set by _finish: LoRA adapters came with the checkpoint or lora_path
         images_made_for = arch.extra.get("num_images_in_input")
         if images_made_for is not None and images_made_for != model_cfg.num_images_in_input:
             raise ConfigError(f"actor.model.num_images_in_input={model_cfg.num_images_in_input} but this checkpoint was made for {images_made_for} camera(s)")
@@ -187,7 +192,8 @@ class OpenVLAOFTPolicy(BasePolicy):
         keys = list(self.state_dict())
         if not self.model_cfg.is_lora:
             return keys
-        return [k for k in keys if "lora_" in k or k.startswith((f"{VALUE_HEAD}.", f"{PROPRIO_PROJECTOR}."))]
+        return [k for k in keys if ("lora_" in k and not lora.is_reference_key(k))
+                or k.startswith((f"{VALUE_HEAD}.", f"{PROPRIO_PROJECTOR}."))]
 
     def trainable_state_dict(self) -> dict[str, torch.Tensor]:
         sd = self.state_dict()
@@ -199,6 +205,32 @@ class OpenVLAOFTPolicy(BasePolicy):
             missing, extra = sorted(expected - set(sd)), sorted(set(sd) - expected)
             raise ValueError(f"trainable state dict mismatch: missing {missing[:5]}, unexpected {extra[:5]} (is_lora/add_value_head must match on both sides)")
         self.load_state_dict(sd, strict=False)
+
+    # ---------------------------------------------------------- KL reference
+    def reference_view(self) -> Callable[[], AbstractContextManager[None]] | None:
+        """Under LoRA, score as the policy is now while sharing its base weights.
+
+        Training changes only the adapters and the parts outside the LoRA-wrapped core. Fresh
+        adapters start with B = 0, so the starting policy is the base with adapters disabled;
+        adapters loaded with the checkpoint (or lora_path) are part of the starting policy, so a
+        frozen copy of them (adapter-sized) is scored instead of the base. The proprio projector
+        is trained too: it gets a frozen copy. The value head plays no part in log-probs."""
+        if not self.model_cfg.is_lora:
+            return None  # full fine-tuning moves every weight: only a second model keeps the start
+        if self.loaded_adapters:
+            lora.freeze_starting_adapters(self.vla)
+        proprio = None if self.proprio_projector is None else copy.deepcopy(self.proprio_projector).requires_grad_(False)
+        return partial(self._as_reference, proprio)
+
+    @contextmanager
+    def _as_reference(self, proprio: ProprioProjector | None) -> Iterator[None]:
+        trained = self.proprio_projector
+        self.proprio_projector = proprio
+        try:
+            with lora.starting_adapters(self.vla):
+                yield
+        finally:
+            self.proprio_projector = trained
 
     def fsdp_units(self) -> list[nn.Module]:
         core = lora.unwrap(self.vla)
@@ -240,7 +272,7 @@ class OpenVLAOFTPolicy(BasePolicy):
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, model_cfg: ModelConfig, *, device: torch.device | str = "cpu",
-                        dtype: torch.dtype | None = None) -> OpenVLAOFTPolicy:
+                        dtype: torch.dtype | None = None, warn_untrained_value_head: bool = True) -> OpenVLAOFTPolicy:
         path, device = Path(path), torch.device(device)
         check_attn_implementation(model_cfg.attn_implementation, device)
         arch = OpenVLAArchConfig.load(path)
@@ -257,7 +289,7 @@ class OpenVLAOFTPolicy(BasePolicy):
         embedded = {k.removeprefix(f"{VALUE_HEAD}."): state.pop(k) for k in list(state) if k.startswith(f"{VALUE_HEAD}.")}
         ckpt.load_exact(core, state, str(path), assign=True)
         core.rebuild_buffers()
-        policy._load_components(path, {VALUE_HEAD: embedded} if embedded else {})
+        policy._load_components(path, {VALUE_HEAD: embedded} if embedded else {}, warn_untrained_value_head)
         ckpt.check_materialized(policy)
         adapter_dir = model_cfg.lora_path or (path / lora.ADAPTER_DIR if (path / lora.ADAPTER_DIR).is_dir() else None)
         if adapter_dir is not None and not model_cfg.is_lora:
@@ -269,6 +301,7 @@ class OpenVLAOFTPolicy(BasePolicy):
         core = self.vla
         if self.model_cfg.is_lora:
             self.vla = lora.apply_lora(core, self.model_cfg, adapter_dir)
+            self.loaded_adapters = adapter_dir is not None
         if self.model_cfg.gradient_checkpointing:
             core.vision_backbone.set_grad_checkpointing(True)
             core.language_model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
@@ -293,8 +326,11 @@ class OpenVLAOFTPolicy(BasePolicy):
             torch.set_default_dtype(previous)
         return policy._finish(None, device, dtype)
 
-    def _load_components(self, path: Path, embedded: dict[str, dict[str, torch.Tensor]]) -> None:
-        """Value head / proprio projector: own file, else weights embedded in the main state dict, else a fresh init."""
+    def _load_components(self, path: Path, embedded: dict[str, dict[str, torch.Tensor]], warn_untrained_value_head: bool) -> None:
+        """Value head / proprio projector: own file, else weights embedded in the main state dict, else a fresh init.
+
+        warn_untrained_value_head=False: a fresh value head is only logged at info level (its
+        user never reads these weights, e.g. a rollout worker: the actor sends its own)."""
         for name in (VALUE_HEAD, PROPRIO_PROJECTOR):
             module = getattr(self, name)
             if module is None:
@@ -305,7 +341,9 @@ class OpenVLAOFTPolicy(BasePolicy):
             if found is None and name in embedded:
                 found = (embedded[name], f"{path} ({name}.* in the main weights)")
             if found is None:  # e.g. a new critic on an SFT checkpoint
-                logger.warning("%s: no %s weights in the checkpoint, starting from a random init", path, name)
+                quiet = name == VALUE_HEAD and not warn_untrained_value_head
+                logger.log(logging.INFO if quiet else logging.WARNING,
+                           "%s: no %s weights in the checkpoint, starting from a random init", path, name)
                 module.to_empty(device="cpu")
                 module.reset_parameters()
                 continue
