@@ -7,6 +7,7 @@ pipeline_stage_num 2. Three runs share one tiny model:
   B: resume A's checkpoint, 1 more step            \\
   C: 3 uninterrupted steps                          -> acceptance 2: B's step 3 == C's step 3
   D: eval-only from A's checkpoint                  -> acceptance 3
+  E: eval-only without a checkpoint                 -> D acts differently: runner.ckpt_path matters
 """
 from __future__ import annotations
 
@@ -18,7 +19,15 @@ from pathlib import Path
 
 import imageio.v3 as iio
 import pytest
-from cli_runs import read_metrics, run_cli, run_cli_failing
+from cli_runs import (
+    MOVED,
+    SAME_PICTURE,
+    block_diff,
+    eval_recordings,
+    read_metrics,
+    run_cli,
+    run_cli_failing,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.maniskill]
 
@@ -67,6 +76,8 @@ actor:
     create_preset: {{name: tiny, image_size: 64}}
     add_value_head: true
     value_type: chunk_level
+  optim:
+    lr: 1.0e-2    # large, so that two steps move the greedy actions (the eval tests compare them)
 """
 
 
@@ -127,19 +138,40 @@ def _digest(paths: list[Path]) -> str:
     return h.hexdigest()
 
 
-def test_eval_only_reports_success_and_never_updates_weights(workdir: Path, run_a: Path):
+@pytest.fixture(scope="module")
+def run_d(workdir: Path, run_a: Path) -> tuple[Path, str, str]:
+    """Eval-only of A's checkpoint; returns the run and digests of the watched weights before/after."""
     ckpt = run_a / "checkpoints" / "global_step_00000002"
     watched = [p for p in [*ckpt.rglob("*"), *(workdir / "tiny-oft").rglob("*")] if p.is_file()]
     before = _digest(watched)
     run_cli("eval", str(workdir / "configs" / "e2e.yaml"), "runner.experiment_name=d", f"runner.ckpt_path={ckpt}", cwd=workdir)
-    assert _digest(watched) == before
-    run_d = workdir / "runs" / "d"
+    return workdir / "runs" / "d", before, _digest(watched)
+
+
+def test_eval_only_reports_success_and_never_updates_weights(run_d: tuple[Path, str, str]):
+    run_d, before, after = run_d
+    assert after == before
     row = read_metrics(run_d)[0]
     assert row["eval/num_trajectories"] == 4
     assert 0.0 <= row["eval/success_once"] <= 1.0
     assert any(k.startswith("eval/success_once/") for k in row), "per-task success metrics"
     assert not (run_d / "checkpoints").exists()
     assert sorted((run_d / "video" / "eval").rglob("*.mp4"))
+
+
+def test_eval_ckpt_path_changes_the_actions_taken(workdir: Path, run_d: tuple[Path, str, str]):
+    """Greedy evals of the same config on the same reset ids, with A's checkpoint (D) and without (E):
+    the same first frame, then the robot ends up elsewhere. An ignored ckpt_path would make them equal."""
+    run_cli("eval", str(workdir / "configs" / "e2e.yaml"), "runner.experiment_name=e", cwd=workdir)
+    with_ckpt, without = eval_recordings(run_d[0]), eval_recordings(workdir / "runs" / "e")
+    assert sorted(with_ckpt) == sorted(without) and with_ckpt
+    moved = []
+    for tag, (ids_d, frames_d) in with_ckpt.items():
+        ids_e, frames_e = without[tag]
+        assert ids_d == ids_e and frames_d.shape == frames_e.shape, tag
+        assert block_diff(frames_d[0], frames_e[0]) < SAME_PICTURE, tag
+        moved.append(max(block_diff(x, y) for x, y in zip(frames_d[1:], frames_e[1:])))
+    assert max(moved) > MOVED, moved
 
 
 def test_export_cli_writes_a_plain_model_with_the_trained_weights(workdir: Path, run_a: Path):
