@@ -37,7 +37,7 @@ def apply_lora(core: nn.Module, cfg: ModelConfig, adapter_dir: str | Path | None
         lora_alpha=cfg.lora_alpha if cfg.lora_alpha is not None else cfg.lora_rank,
         lora_dropout=0.0,
         target_modules=list(cfg.lora_target_modules),
-        init_lora_weights="gaussian",
+        init_lora_weights="gaussian",  # B = 0: the KL reference of fresh adapters is the base (adapters off)
     )
     return get_peft_model(core, lora_cfg)
 
