@@ -132,6 +132,11 @@ def export_cmd(ns: argparse.Namespace) -> int | None:
     return resolve_entry("embodied_rl.runtime.export:main", "checkpoint export (embodied-rl export)")(ns.argv)
 
 
+@command("demos", "record scripted-expert demonstrations for SFT: demos [CONFIG] [key=value ...] --num-demos N --out DIR", _passthrough)
+def demos_cmd(ns: argparse.Namespace) -> int | None:
+    return resolve_entry("embodied_rl.demos.cli:main", "demonstrations (embodied-rl demos)")(ns.argv)
+
+
 # ---- entry point ---------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:

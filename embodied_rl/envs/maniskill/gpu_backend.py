@@ -15,7 +15,12 @@ import numpy as np
 from embodied_rl.config.schema.env import EnvConfig
 from embodied_rl.envs.backend import BackendStep, SimulatorBackend
 from embodied_rl.envs.maniskill.backend import instruction_of
-from embodied_rl.envs.maniskill.make import camera_names, make_gym_env, proprio_state
+from embodied_rl.envs.maniskill.make import (
+    camera_names,
+    check_goal_state,
+    make_gym_env,
+    proprio_state,
+)
 from embodied_rl.envs.maniskill.params import ManiSkillParams
 from embodied_rl.envs.messages import EnvObservation
 from embodied_rl.errors import ConfigError
@@ -33,6 +38,7 @@ class ManiSkillGPUBackend(SimulatorBackend):
         self.instruction = instruction_of(cfg, params)
         self.env = make_gym_env(params, num_envs=num_envs)
         self.main_cam, self.wrist_cam = camera_names(self.env, params)
+        check_goal_state(self.env, params)
         self._action_dim = int(self.env.action_space.shape[-1])
         self._seeds = np.random.default_rng(seed).integers(0, 2**31 - 1, num_envs).tolist()
         self._obs: EnvObservation | None = None
@@ -52,7 +58,7 @@ class ManiSkillGPUBackend(SimulatorBackend):
         sensors = obs["sensor_data"]
         return EnvObservation(
             main_images=sensors[self.main_cam]["rgb"].cpu().numpy(),
-            states=proprio_state(obs),
+            states=proprio_state(obs, self.params.append_goal_to_state),
             task_descriptions=[self.instruction] * self.num_envs,
             wrist_images=None if self.wrist_cam is None else sensors[self.wrist_cam]["rgb"].cpu().numpy(),
         )

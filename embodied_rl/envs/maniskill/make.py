@@ -100,15 +100,41 @@ def camera_names(env: Any, params: ManiSkillParams) -> tuple[str, str | None]:
     return params.main_camera, params.wrist_camera
 
 
-def proprio_state(obs: dict) -> np.ndarray:
-    """float32 [B, D]: TCP pose (xyz + quaternion wxyz) and the two gripper finger joints.
+def check_goal_state(env: Any, params: ManiSkillParams) -> None:
+    """`append_goal_to_state` needs `extra/goal_pos` in the task's rgb observation."""
+    if not params.append_goal_to_state:
+        return
+    extra = env.observation_space.spaces.get("extra")
+    if extra is None or "goal_pos" not in extra.spaces:
+        raise ConfigError(
+            f"env.init_params.append_goal_to_state=true but {params.id} has no extra/goal_pos in its "
+            "observation (its goal is visible or implied by the scene); set it to false"
+        )
+
+
+def proprio_state(obs: dict, with_goal: bool = False) -> np.ndarray:
+    """float32 [B, D]: TCP pose (xyz + quaternion wxyz) and the two gripper finger joints,
+    then with `with_goal` the goal position (xyz), see `proprio_layout`.
 
     Tasks without `extra/tcp_pose` fall back to the full robot qpos.
     """
-    qpos = obs["agent"]["qpos"]
-    tcp = obs.get("extra", {}).get("tcp_pose")
-    if tcp is None:
-        return qpos.cpu().numpy().astype(np.float32)
     import torch
 
-    return torch.cat([tcp, qpos[:, -2:]], dim=-1).cpu().numpy().astype(np.float32)
+    extra = obs.get("extra", {})
+    qpos = obs["agent"]["qpos"]
+    tcp = extra.get("tcp_pose")
+    parts = [qpos] if tcp is None else [tcp, qpos[:, -2:]]
+    if with_goal:
+        parts.append(extra["goal_pos"])
+    return torch.cat(parts, dim=-1).cpu().numpy().astype(np.float32)
+
+
+def proprio_layout(obs: dict, with_goal: bool = False) -> tuple[str, ...]:
+    """Names of the `proprio_state` entries, in order (e.g. for a dataset manifest)."""
+    if obs.get("extra", {}).get("tcp_pose") is None:
+        names = [f"qpos_{i}" for i in range(obs["agent"]["qpos"].shape[-1])]
+    else:
+        names = ["tcp_x", "tcp_y", "tcp_z", "tcp_qw", "tcp_qx", "tcp_qy", "tcp_qz", "finger_left", "finger_right"]
+    if with_goal:
+        names += ["goal_x", "goal_y", "goal_z"]
+    return tuple(names)

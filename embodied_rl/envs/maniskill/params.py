@@ -20,6 +20,7 @@ class ManiSkillParams:
     main_camera: str = field(default="base_camera", metadata={"help": "Sensor used as the main (third-person) image."})
     wrist_camera: str = field(default="auto", metadata={"help": "Wrist sensor: auto (hand_camera when the robot has one) | none | a sensor name."})
     robot_uids: str | None = field(default=None, metadata={"help": "Robot to load (null = the task's default, e.g. panda_wristcam for StackCube)."})
+    append_goal_to_state: bool = field(default=False, metadata={"help": "Append the task's goal position (`extra/goal_pos`, xyz in metres, 3 values) to the state vector. Privileged information: PickCube-v1's goal is hidden from every camera, so an image policy can only solve it with this (and actor.model.use_proprio). Tasks without a goal position in their rgb observation (PushCube-v1, StackCube-v1) reject it."})
 
     def __post_init__(self) -> None:
         if self.obs_mode != "rgb":

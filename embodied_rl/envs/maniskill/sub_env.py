@@ -7,7 +7,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from embodied_rl.envs.backend import SubEnv
-from embodied_rl.envs.maniskill.make import camera_names, make_gym_env, proprio_state
+from embodied_rl.envs.maniskill.make import (
+    camera_names,
+    check_goal_state,
+    make_gym_env,
+    proprio_layout,
+    proprio_state,
+)
 from embodied_rl.envs.maniskill.params import ManiSkillParams
 
 
@@ -22,13 +28,15 @@ class ManiSkillSubEnv(SubEnv):
         self.instruction = instruction
         self.env = make_gym_env(params, num_envs=1)
         self.main_cam, self.wrist_cam = camera_names(self.env, params)
+        check_goal_state(self.env, params)
         self.action_dim = int(self.env.action_space.shape[-1])
+        self.state_layout: tuple[str, ...] = ()  # names of the "state" entries, known after the first reset
 
     def _obs(self, obs: dict) -> dict[str, np.ndarray]:
         sensors = obs["sensor_data"]
         out = {
             "main_image": sensors[self.main_cam]["rgb"][0].cpu().numpy(),
-            "state": proprio_state(obs)[0],
+            "state": proprio_state(obs, self.params.append_goal_to_state)[0],
         }
         if self.wrist_cam is not None:
             out["wrist_image"] = sensors[self.wrist_cam]["rgb"][0].cpu().numpy()
@@ -36,6 +44,7 @@ class ManiSkillSubEnv(SubEnv):
 
     def reset(self, reset_id: int) -> dict[str, np.ndarray]:
         obs, _ = self.env.reset(seed=int(reset_id))
+        self.state_layout = proprio_layout(obs, self.params.append_goal_to_state)
         return self._obs(obs)
 
     def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool]:
