@@ -28,6 +28,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("train", ["rollout.pipeline_stage_num=0"], "rollout.pipeline_stage_num: must be >= 1"),
     ("train", ["cluster.num_cpu_slots=0"], "cluster.num_cpu_slots: must be >= 1"),
     ("train", ["cluster.num_nodes=2"], "cluster.num_nodes=2 needs a running Ray cluster"),
+    ("train", ["cluster.address=walk"], "cluster.address=walk: expected host:port of a Ray head node"),
     # placement
     ("train", ['cluster.component_placement={"actor,env,rolout": all}'], "unknown component 'rolout'"),
     ("train", ["cluster.component_placement={actor: 0-5, env: all, rollout: all}"], "rank 5 out of range"),

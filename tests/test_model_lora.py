@@ -102,3 +102,19 @@ def test_lora_target_modules_select_wrapped_layers(tiny):
     policy = build_policy(ModelConfig(model_path=str(tiny), is_lora=True, lora_rank=2, lora_target_modules=["q_proj", "fc3"]))
     wrapped = {n.rsplit(".lora_A", 1)[0] for n, _ in policy.named_parameters() if ".lora_A" in n}
     assert wrapped and all(w.endswith(("q_proj", "projector.fc3")) for w in wrapped)
+
+
+def test_weights_a_checkpoint_lacks_are_the_same_in_every_process(tiny):
+    """A value head / proprio projector the checkpoint does not hold starts from (init_seed,
+    component): several rollout workers of an eval-only run (no weight sync) act alike."""
+    cfg = ModelConfig(model_path=str(tiny), use_proprio=True, proprio_dim=8, add_value_head=True)
+
+    def fresh(global_seed: int, init_seed: int) -> dict[str, torch.Tensor]:
+        torch.manual_seed(global_seed)  # each worker process has its own RNG stream
+        policy = build_policy(cfg, device="cpu", init_seed=init_seed)
+        return {k: v.clone() for k, v in policy.state_dict().items() if k.startswith(("proprio_projector", "value_head"))}
+
+    a, b, c = fresh(1, init_seed=7), fresh(2, init_seed=7), fresh(1, init_seed=8)
+    assert a and sorted(a) == sorted(b)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not all(torch.equal(a[k], c[k]) for k in a)

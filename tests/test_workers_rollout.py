@@ -14,7 +14,6 @@ from ray_fixtures import ray_session  # noqa: F401
 from embodied_rl.config.schema.env import EnvConfig
 from embodied_rl.config.schema.model import ModelConfig
 from embodied_rl.envs.maniskill import ManiSkillParams
-from embodied_rl.errors import ConfigError
 from embodied_rl.models.cli import make_model_main
 from embodied_rl.runtime.channel import Channel
 from embodied_rl.runtime.worker_group import RayCluster, WorkerError, WorkerGroup
@@ -44,7 +43,7 @@ def env_cfg(**kw) -> EnvConfig:
 def model_cfg(tmp_path_factory) -> ModelConfig:
     out = tmp_path_factory.mktemp("models") / "tiny-oft-64"
     assert make_model_main(["tiny", str(out), "--image-size", "64", "--seed", "0"]) == 0
-    return ModelConfig(model_path=str(out), add_value_head=True)
+    return ModelConfig(model_path=str(out), add_value_head=True, value_type="action_level")
 
 
 @pytest.fixture(scope="module")
@@ -136,20 +135,13 @@ def test_worker_error_names_group_and_rank(workers):
         envs.run("interact", 1, "bogus")
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="offload is valid with a GPU; the rejection is CPU-only")
-def test_rollout_offload_rejected_on_cpu(model_cfg):
-    with pytest.raises(ConfigError, match="rollout.enable_offload"):
-        RolloutWorker(model_cfg, None, rank=0, world_size=1, num_env_workers=1, pipeline_stage_num=1,
-                      sampling={}, compute_values=False, enable_offload=True)
-
-
 def test_trajectory_orders_envs_by_env_rank_then_stage():
     # 2 env workers x 2 stages x 3 sub-envs served by one rollout worker: per stage the rollout
     # sees [env0 rows, env1 rows]; the trajectory must list (env, stage, sub-env) in order.
     from types import SimpleNamespace
 
     k, stages, n, steps = 2, 2, 3, 2
-    me = SimpleNamespace(env_ranks=[0, 1], stages=stages, compute_values=True, version=7, ref_policy=None)
+    me = SimpleNamespace(env_ranks=[0, 1], stages=stages, compute_values=True, version=7, kl_reference=None)
     rec = []
     for s in range(stages):
         ids = torch.tensor([e * stages * n + s * n + i for e in range(k) for i in range(n)], dtype=torch.float32)

@@ -217,25 +217,12 @@ def _env_split(cfg: RootConfig, plan: RunPlan) -> None:
 
 @plan_check
 def _batch(cfg: RootConfig, plan: RunPlan) -> None:
-    from embodied_rl.config.plan import chunk_steps_per_epoch, rollout_batch_size
+    from embodied_rl.config.plan import rollout_batch_size
+    from embodied_rl.workers.actor_batch import check_batch_sizes
 
-    if cfg.runner.only_eval:
-        return
-    a = cfg.actor
-    world = plan.actor_world_size
-    if a.global_batch_size % (a.micro_batch_size * world):
-        raise ConfigError(
-            f"actor.global_batch_size={a.global_batch_size} must be a multiple of actor.micro_batch_size x actor "
-            f"processes = {a.micro_batch_size} x {world} (from cluster.component_placement on {plan.resources.describe()})"
-        )
-    samples = rollout_batch_size(cfg)
-    if samples % a.global_batch_size:
-        raise ConfigError(
-            f"actor.global_batch_size={a.global_batch_size} must divide the rollout batch: env.train.total_num_envs "
-            f"({cfg.env.train.total_num_envs}) x chunk steps (ceil(max_episode_steps / num_action_chunks) = "
-            f"{chunk_steps_per_epoch(cfg, 'train')}) x algorithm.rollout_epoch ({cfg.algorithm.rollout_epoch}) = "
-            f"{samples}; or set actor.global_batch_size: null for one minibatch"
-        )
+    if not cfg.runner.only_eval:
+        a = cfg.actor
+        check_batch_sizes(rollout_batch_size(cfg), a.global_batch_size, a.micro_batch_size, plan.actor_world_size)
 
 
 @plan_check

@@ -99,10 +99,13 @@ def _joined_cluster(address: str, cluster_cfg) -> Resources:
     import ray
 
     if not ray.is_initialized():
+        host, _, port = address.rpartition(":")
+        if address != "auto" and not (host and port.isdigit()):
+            raise ConfigError(f"cluster.address={address}: expected host:port of a Ray head node (e.g. 10.0.0.1:6379), or auto")
         try:
             ray.init(address=address, log_to_driver=True)
-        except ConnectionError as err:
-            raise ConfigError(f"cluster.address={address}: no Ray cluster answers there ({err}); start one with `ray start --head`") from err
+        except (ConnectionError, ValueError) as err:
+            raise ConfigError(f"cluster.address={address}: no Ray cluster answers there ({str(err).splitlines()[0]}); start one with `ray start --head`") from err
     total = ray.cluster_resources()
     return from_totals(total.get("CPU", 0), total.get("GPU", 0), num_nodes=cluster_cfg.num_nodes,
                        num_cpu_slots=cluster_cfg.num_cpu_slots, source=f"Ray cluster at {address}")

@@ -103,8 +103,10 @@ class BasePolicy(nn.Module):
     @classmethod
     @abstractmethod
     def from_checkpoint(cls, path: str | Path, model_cfg: ModelConfig, *, device: torch.device | str = "cpu",
-                        dtype: torch.dtype | None = None, warn_untrained_value_head: bool = True) -> BasePolicy:
+                        dtype: torch.dtype | None = None, warn_untrained_value_head: bool = True,
+                        init_seed: int = 0) -> BasePolicy:
         """Build the policy from a checkpoint directory (model_cfg.model_path is ignored in favour of `path`).
 
         warn_untrained_value_head: warn when the checkpoint has no value-head weights (the critic
-        starts untrained); False where the loaded value head is never used as is."""
+        starts untrained); False where the loaded value head is never used as is.
+        init_seed: seed of the weights the checkpoint lacks (the same in every process)."""

@@ -45,11 +45,14 @@ class KLReference:
             self.scorer.to(device)
 
 
-def build_kl_reference(policy: BasePolicy, model_cfg: ModelConfig, device: torch.device | str) -> KLReference:
-    """The reference for `policy`, which must still hold its starting weights (call before any update)."""
+def build_kl_reference(policy: BasePolicy, model_cfg: ModelConfig, device: torch.device | str,
+                       init_seed: int = 0) -> KLReference:
+    """The reference for `policy`, which must still hold its starting weights (call before any update).
+
+    init_seed: the one `policy` was built with, so weights its checkpoint lacks match."""
     view = policy.reference_view()
     if view is not None:
         return KLReference(policy, view, shares_weights=True)
     frozen_cfg = dataclasses.replace(model_cfg, add_value_head=False)
-    frozen = build_policy(frozen_cfg, device=device).eval().requires_grad_(False)
+    frozen = build_policy(frozen_cfg, device=device, init_seed=init_seed).eval().requires_grad_(False)
     return KLReference(frozen)

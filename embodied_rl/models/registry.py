@@ -38,10 +38,10 @@ def policy_class(model_type: str) -> type[BasePolicy]:
 
 
 def build_policy(model_cfg: ModelConfig, *, device: torch.device | str = "cpu", dtype: torch.dtype | None = None,
-                 warn_untrained_value_head: bool = True) -> BasePolicy:
+                 warn_untrained_value_head: bool = True, init_seed: int = 0) -> BasePolicy:
     """Load `model_cfg.model_path` into the registered policy class. dtype None = model_cfg.precision.
 
     warn_untrained_value_head=False where the loaded value head is never used as is (see from_checkpoint)."""
     cls = policy_class(model_cfg.model_type)
     return cls.from_checkpoint(model_cfg.model_path, model_cfg, device=device, dtype=dtype or PRECISION_DTYPES[model_cfg.precision],
-                               warn_untrained_value_head=warn_untrained_value_head)
+                               warn_untrained_value_head=warn_untrained_value_head, init_seed=init_seed)

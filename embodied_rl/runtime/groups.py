@@ -89,7 +89,7 @@ def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs
 
 def needs_reference(cfg: RootConfig) -> bool:
     """KL to the reference policy (reward shaping or loss term) needs its log-probs at rollout."""
-    return cfg.algorithm.kl_beta > 0 or cfg.algorithm.use_kl_loss
+    return not cfg.runner.only_eval and (cfg.algorithm.kl_beta > 0 or cfg.algorithm.use_kl_loss)
 
 
 def _wiring(cfg: RootConfig, run_id: str) -> ChannelWiring:

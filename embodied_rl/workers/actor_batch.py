@@ -67,17 +67,18 @@ def num_samples(flat: dict) -> int:
 
 
 def check_batch_sizes(total: int, global_batch: int, micro: int, world: int) -> int:
-    """Validate the batch arithmetic; returns the number of micro-batches per rank and minibatch."""
+    """The batch arithmetic (run by the config checks before anything starts); returns the
+    number of micro-batches per rank and minibatch."""
     if global_batch < 1 or micro < 1:
         raise ConfigError(f"actor.global_batch_size={global_batch} and actor.micro_batch_size={micro} must be >= 1")
     if global_batch % (micro * world):
         raise ConfigError(
-            f"actor.global_batch_size={global_batch} must be a multiple of actor.micro_batch_size x actor world size = {micro} x {world}"
+            f"actor.global_batch_size={global_batch} must be a multiple of actor.micro_batch_size x actor processes = {micro} x {world}"
         )
     if total % global_batch:
         raise ConfigError(
-            f"the rollout batch has {total} samples (chunk steps x envs), not a multiple of actor.global_batch_size={global_batch}; "
-            "change global_batch_size or the number of envs/steps"
+            f"actor.global_batch_size={global_batch} must divide the rollout batch of {total} samples (env.train.total_num_envs "
+            "x chunk steps x algorithm.rollout_epoch); change it, or set it null for one minibatch"
         )
     return global_batch // world // micro
 

@@ -26,7 +26,6 @@ from safetensors.torch import load_file, save_file
 from torch.distributed.tensor import DTensor
 
 from embodied_rl.algorithms import compute_actor_critic_loss
-from embodied_rl.errors import ConfigError
 from embodied_rl.models import build_policy
 from embodied_rl.runtime import fsdp
 from embodied_rl.runtime.checkpoint import ACTOR_OPTIM as OPTIM_FILE
@@ -68,8 +67,6 @@ class ActorWorker:
     def setup(self, master_addr: str, master_port: int) -> dict:
         a = self.cfg.actor
         self.device = fsdp.actor_device()
-        if a.enable_offload and self.device.type != "cuda":
-            raise ConfigError("actor.enable_offload=true needs a GPU actor (on CPU the weights already live in host memory); set it false")
         fsdp.check_precision(a.fsdp_config, self.device)
         fsdp.init_process_group(self.rank, self.world_size, master_addr, master_port, self.device)
         # Same seed on every rank: each rank builds the full policy and keeps its shard, so
@@ -78,7 +75,7 @@ class ActorWorker:
         # fp32 master weights; the compute dtype is fsdp_config.mixed_precision.param_dtype.
         # Built on the training device (flash_attention_2 is checked against it), so a GPU
         # briefly holds the full fp32 model before fully_shard frees all but this rank's shard.
-        policy = build_policy(a.model, device=self.device, dtype=torch.float32)
+        policy = build_policy(a.model, device=self.device, dtype=torch.float32, init_seed=a.seed)
         policy.train()
         seed_everything(a.seed + self.rank)  # from here on, each rank has its own streams (e.g. dropout)
         self.policy = fsdp.apply_fsdp2(policy, a.fsdp_config, self.world_size, self.device)

@@ -6,7 +6,7 @@ pipeline stage it gathers their observations (one message each), runs `prepare_i
 trajectory (see `Trajectory` in workers/messages.py), which `generate` returns to the runner.
 
 `enable_offload` moves the model to CPU between rollouts; it needs a GPU (on CPU the model is
-already in host memory, so the key is rejected rather than silently ignored).
+already in host memory, so the config checks reject the key rather than let it be ignored).
 """
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ import torch
 
 from embodied_rl.config.schema.model import ModelConfig
 from embodied_rl.envs.messages import EnvObservation
-from embodied_rl.errors import ConfigError
 from embodied_rl.runtime.channel import Channel
 from embodied_rl.workers.env_worker import rollout_rank_of
 from embodied_rl.workers.messages import (
@@ -63,16 +62,15 @@ class RolloutWorker:
         from embodied_rl.models.registry import build_policy
 
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        if enable_offload and self.device.type != "cuda":
-            raise ConfigError("rollout.enable_offload=true needs a GPU (on CPU the model already lives in host memory); set it to false")
         self.rank, self.wiring, self.stages = rank, ChannelWiring.of(wiring), pipeline_stage_num
         wiring = self.wiring
         self.env_ranks = [e for e in range(num_env_workers) if rollout_rank_of(e, num_env_workers, world_size) == rank]
         self.sampling, self.compute_values, self.enable_offload = sampling, compute_values, enable_offload
         # The value head acts only after the actor sent its own (training) or never (eval): no warning here.
-        self.policy = build_policy(model_cfg, device=self.device, warn_untrained_value_head=False).eval()
+        # Same init_seed on every rollout worker: weights the checkpoint lacks agree across workers.
+        self.policy = build_policy(model_cfg, device=self.device, warn_untrained_value_head=False, init_seed=seed).eval()
         # The KL reference is the policy as loaded, built before any weight sync (which it never follows).
-        self.kl_reference = build_kl_reference(self.policy, model_cfg, self.device) if compute_ref_logprobs else None
+        self.kl_reference = build_kl_reference(self.policy, model_cfg, self.device, init_seed=seed) if compute_ref_logprobs else None
         self.version = 0
         self.generator = torch.Generator(device=self.device).manual_seed(seed * 1000 + rank)
         for s in range(self.stages):
@@ -151,7 +149,7 @@ class RolloutWorker:
     def _values(self, obs: EnvObservation) -> torch.Tensor:
         out = self.policy.predict(self._inputs(obs), do_sample=False, compute_values=True)
         if out.values is None:
-            raise ConfigError("the critic needs a value head: set actor.model.add_value_head=true or use a critic-free adv_type")
+            raise ValueError("compute_values needs a policy with a value head (the config checks require add_value_head for critics)")
         return out.values.float().cpu()
 
     def _send_actions(self, stage: int, step: int, actions: np.ndarray, sizes: list[int]) -> None:
@@ -168,7 +166,7 @@ class RolloutWorker:
         rec["active_mask"].append(torch.from_numpy(np.concatenate([m.active for m in msgs])))
         if self.compute_values:
             if out.values is None:
-                raise ConfigError("the critic needs a value head: set actor.model.add_value_head=true or use a critic-free adv_type")
+                raise ValueError("compute_values needs a policy with a value head (the config checks require add_value_head for critics)")
             rec["values"].append(out.values.float().cpu())
 
     def _record_outcome(self, rec: dict, msgs: list[EnvStepMessage]) -> torch.Tensor | None:

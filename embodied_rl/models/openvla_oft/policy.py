@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import zlib
 import json
 import logging
 from collections.abc import Callable, Iterator
@@ -272,7 +273,8 @@ class OpenVLAOFTPolicy(BasePolicy):
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, model_cfg: ModelConfig, *, device: torch.device | str = "cpu",
-                        dtype: torch.dtype | None = None, warn_untrained_value_head: bool = True) -> OpenVLAOFTPolicy:
+                        dtype: torch.dtype | None = None, warn_untrained_value_head: bool = True,
+                        init_seed: int = 0) -> OpenVLAOFTPolicy:
         path, device = Path(path), torch.device(device)
         check_attn_implementation(model_cfg.attn_implementation, device)
         arch = OpenVLAArchConfig.load(path)
@@ -289,7 +291,7 @@ class OpenVLAOFTPolicy(BasePolicy):
         embedded = {k.removeprefix(f"{VALUE_HEAD}."): state.pop(k) for k in list(state) if k.startswith(f"{VALUE_HEAD}.")}
         ckpt.load_exact(core, state, str(path), assign=True)
         core.rebuild_buffers()
-        policy._load_components(path, {VALUE_HEAD: embedded} if embedded else {}, warn_untrained_value_head)
+        policy._load_components(path, {VALUE_HEAD: embedded} if embedded else {}, warn_untrained_value_head, init_seed)
         ckpt.check_materialized(policy)
         adapter_dir = model_cfg.lora_path or (path / lora.ADAPTER_DIR if (path / lora.ADAPTER_DIR).is_dir() else None)
         if adapter_dir is not None and not model_cfg.is_lora:
@@ -326,9 +328,13 @@ class OpenVLAOFTPolicy(BasePolicy):
             torch.set_default_dtype(previous)
         return policy._finish(None, device, dtype)
 
-    def _load_components(self, path: Path, embedded: dict[str, dict[str, torch.Tensor]], warn_untrained_value_head: bool) -> None:
+    def _load_components(self, path: Path, embedded: dict[str, dict[str, torch.Tensor]], warn_untrained_value_head: bool,
+                         init_seed: int) -> None:
         """Value head / proprio projector: own file, else weights embedded in the main state dict, else a fresh init.
 
+        A fresh init draws from its own generator seeded by (init_seed, component), not from the
+        process's RNG: every process that builds the same checkpoint with the same seed gets the
+        same weights (e.g. several rollout workers of an eval-only run, which no sync aligns).
         warn_untrained_value_head=False: a fresh value head is only logged at info level (its
         user never reads these weights, e.g. a rollout worker: the actor sends its own)."""
         for name in (VALUE_HEAD, PROPRIO_PROJECTOR):
@@ -345,6 +351,8 @@ class OpenVLAOFTPolicy(BasePolicy):
                 logger.log(logging.INFO if quiet else logging.WARNING,
                            "%s: no %s weights in the checkpoint, starting from a random init", path, name)
                 module.to_empty(device="cpu")
-                module.reset_parameters()
+                with torch.random.fork_rng(devices=[]):
+                    torch.manual_seed(init_seed * 1000 + zlib.crc32(name.encode()) % 1000)
+                    module.reset_parameters()
                 continue
             ckpt.load_exact(module, found[0], found[1], assign=True)
