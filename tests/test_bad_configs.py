@@ -67,6 +67,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("train", ["rollout.enable_offload=true"], "rollout.enable_offload=true needs GPUs"),
     ("train", ["actor.fsdp_config.cpu_offload=true"], "actor.fsdp_config.cpu_offload=true needs GPUs"),
     ("train", ["env.train.init_params.sim_backend=gpu"], "sim_backend=gpu needs CUDA GPUs"),
+    ("eval", ["env.eval.init_params.render_backend=gpu"], "render_backend=gpu needs CUDA GPUs"),
     ("train", ["rollout.backend=vllm"], "rollout.backend: expected one of 'huggingface'"),
     ("train", ["actor.training_backend=megatron"], "actor.training_backend: expected one of 'fsdp'"),
     # model and checkpoint files

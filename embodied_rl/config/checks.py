@@ -48,7 +48,9 @@ def run_plan_checks(cfg: RootConfig, plan: RunPlan) -> None:
 
 
 def _modes(cfg: RootConfig) -> tuple[str, ...]:
-    return ("eval",) if cfg.runner.only_eval else ("train", "eval")
+    from embodied_rl.config.plan import used_modes
+
+    return used_modes(cfg)
 
 
 # ---- rules of the config alone --------------------------------------------------------
@@ -237,5 +239,6 @@ def _accelerator(cfg: RootConfig, plan: RunPlan) -> None:
     if cfg.actor.model.attn_implementation == "flash_attention_2":
         raise ConfigError(f"actor.model.attn_implementation=flash_attention_2 needs CUDA GPUs ({where}); use sdpa")
     for mode in _modes(cfg):
-        if getattr(cfg.env, mode).init_params.get("sim_backend") == "gpu":
-            raise ConfigError(f"env.{mode}.init_params.sim_backend=gpu needs CUDA GPUs ({where}); use cpu")
+        for key in ("sim_backend", "render_backend"):
+            if getattr(cfg.env, mode).init_params.get(key) == "gpu":
+                raise ConfigError(f"env.{mode}.init_params.{key}=gpu needs CUDA GPUs ({where}); use cpu")

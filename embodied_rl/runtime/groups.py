@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import ray
 
-from embodied_rl.config.plan import RunPlan, plan_run
+from embodied_rl.config.plan import RunPlan, plan_run, used_modes
 from embodied_rl.config.resources import detect_resources
 from embodied_rl.config.schema import RootConfig
 from embodied_rl.runtime.channel import Channel
@@ -69,7 +69,7 @@ def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs
                         compute_ref_logprobs=needs_reference(cfg)),
         )
         rollout.run("get_rng_state", timeout=SETUP_TIMEOUT_S)  # barrier: consumers registered
-        env_cfgs = {"eval": cfg.env.eval} if cfg.runner.only_eval else {"train": cfg.env.train, "eval": cfg.env.eval}
+        env_cfgs = {mode: getattr(cfg.env, mode) for mode in used_modes(cfg)}
         env = WorkerGroup(
             _env_cls(), cluster, placement, "env", name=cfg.env.group_name, **named,
             args=(env_cfgs, wiring),

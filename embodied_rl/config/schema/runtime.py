@@ -31,7 +31,7 @@ class ClusterConfig:
 class LoggerConfig:
     log_path: str = field(default="${runner.output_dir}/${runner.experiment_name}", metadata={"help": "Run directory: resolved config, metrics, checkpoints and videos go here."})
     project_name: str = field(default="embodied_rl", metadata={"help": "wandb project name."})
-    experiment_name: str = field(default="${runner.experiment_name}", metadata={"help": "Run name shown by wandb and TensorBoard."})
+    experiment_name: str = field(default="${runner.experiment_name}", metadata={"help": "Run name shown by wandb (TensorBoard and the console use the run directory)."})
     logger_backends: list[LoggerBackend] = field(
         default_factory=lambda: ["console", "tensorboard"],
         metadata={"help": "Metric sinks: console | tensorboard | wandb (wandb runs offline when no API key is configured)."},

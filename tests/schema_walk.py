@@ -1,0 +1,699 @@
+"""Schema walk: every config key, changed on its own, is either rejected or changes what runs.
+
+Run it with `python -m pytest tests/schema_walk.py` (~9 min on a loaded 2-core box). It is not
+collected by the default suite yet: it still reports keys that are inert or that no probe
+reaches (see the list it prints), and it exceeds the suite's time budget.
+
+Why a walk and not a test per key: a test per key is only as complete as its author's list,
+and a key nobody listed (or a consumer line somebody deleted) goes unnoticed. The walk derives
+the key list from the schema itself (every leaf of RootConfig, and each simulator's
+`init_params` dataclass), so a new key is checked the day it is added, with no exemption list.
+
+For each leaf the walk derives changed values from its type: a bool flips, a Literal takes
+each other choice and an invalid one (a str whose help documents 'a | b | c' takes each),
+numbers get a tiny, a doubled, a halved, zero and a negative value, Optional goes None <->
+value (a changed value first, None second), lists drop or repeat items or replace the first
+(by every choice for Literal items), strings get '' and a bogus name. Each changed config is loaded with the real
+`load_config` (command-line override syntax); then the key's consumers run for real:
+
+- `algorithm`: compute_advantages + the actor-critic loss on fixed synthetic batches;
+- `actor.model`, `rollout.model`, `algorithm.sampling_params`: the tiny OFT policy built from
+  the config (rollout and actor copies), predict with the runtime's sampling specs and
+  evaluate_actions on fixed observations;
+- `actor.*` (optim, fsdp_config, batch sizes, seed): one real FSDP2 train step of ActorWorker
+  (gloo, world size 1, in-process) on a batch made by the real policy and compute_advantages;
+- `env.<mode>.*` incl. init_params: make_env on ManiSkill's CPU sim, worker 0 / stage 0 of the
+  runtime's own plan (placement, envs_per_worker), a reset and every chunk step of one rollout
+  epoch with fixed actions; observations, rewards, flags, episodes, metrics, video files;
+- `cluster.*`, channels, rollout workers: a real RayCluster (fresh Ray session), its placement,
+  the channel wiring of build_groups and an in-process RolloutWorker;
+- `env.<mode>.subproc.*`: the real sub-env process pool with a millisecond SubEnv, through one
+  shared failure context (a sub-env whose simulator raises on consecutive steps);
+- `*.group_name`: the names of Ray actors started by WorkerGroup on a fresh RayCluster;
+- `runner.*`: the run directory and console output written by MetricsLogger, and the project
+  and run name of its wandb run read back from the offline run file;
+- plan: placement, env split, chunk steps, needs_reference and the batch-fit check of
+  runtime/groups.py. The runner loop is not run (see probe_plan).
+
+Verdict per key. Live if some accepted change gives an outcome different from the unchanged
+config's (a consumer error counts as an outcome), or if every changed value is rejected with a
+ConfigError (a key with one valid value, e.g. a one-choice Literal). A rejection next to
+accepted-but-ignored values proves nothing: a range check on an ignored key would pass.
+Some keys only act when another is set (high_level_gamma needs bi_level_gae, lora_rank needs
+is_lora): when the walk base shows nothing, the walk retries on top of *switch* settings of
+the same section (flags, choices, optionals), most related by name first. A switch setting
+that, combined with the key's change, is rejected naming the switch also proves the key
+gates it (use_fixed_reset_state_ids gates group_size).
+
+Why the simulator is shared: building a ManiSkill sub-env process costs 5-20 s (imports,
+software Vulkan), so the walk registers a caching entry for the simulator in the backend
+registry. It builds the real backend on a miss, keyed by everything the backend constructor
+reads (params, task_description, subproc, sub-env count, seed); all episode semantics,
+adapter and video run for real in make_env on every probe. Probes are routed by section
+(not by key) to keep the walk within its time budget; a key whose consumer no probe of its
+section reaches is reported, never skipped.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from schema_walk_probes import (
+    Leaf,
+    Outcome,
+    candidates,
+    files_under,
+    get_path,
+    is_switch,
+    override,
+    quiet,
+    relatedness,
+    run_probe,
+    schema_leaves,
+    try_load,
+)
+
+from embodied_rl.config.loader import compose, to_dict
+from embodied_rl.config.schema import RootConfig
+
+pytestmark = [pytest.mark.slow, pytest.mark.maniskill]
+
+BASE = "maniskill_ppo_tiny"
+# Small and fast, and chosen so every consumer runs: 2 env workers x 2 sub-envs, episodes
+# of 12 steps (2 chunks, truncated inside the second), 8 samples = one global batch.
+BASE_OVERRIDES = [
+    "cluster.num_cpu_slots=2", "rollout.pipeline_stage_num=1",
+    "env.train.total_num_envs=4", "env.eval.total_num_envs=4",
+    "env.train.max_episode_steps=12", "env.eval.max_episode_steps=12",
+    "+env.train.init_params.camera_heights=32", "+env.train.init_params.camera_widths=32",
+    "+env.eval.init_params.camera_heights=32", "+env.eval.init_params.camera_widths=32",
+    "+env.eval.init_params.reward_mode=normalized_dense",  # train and eval share one simulator
+    # A robot with a hand camera, so the wrist-camera keys have something to select.
+    "+env.train.init_params.robot_uids=panda_wristcam", "+env.eval.init_params.robot_uids=panda_wristcam",
+    "actor.micro_batch_size=4", "actor.global_batch_size=8",
+    "actor.model.create_preset.image_size=56", "runner.output_dir=runs",
+]
+# A probe runs on the walk base and on at most this many further contexts (cost-bounded);
+# cheap probes try up to MAX_TRIES accepted values per context, the others one.
+MAX_CONTEXTS = {"algorithm": 14, "plan": 8, "rundir": 8, "subproc": 4, "model": 3, "env": 2, "actor": 1, "ray": 0, "names": 0}
+# The tiny model's FSDP step takes about a second: it gets several values too (lr_warmup_steps=1
+# trains exactly like 0; 2 does not).
+CHEAP = ("algorithm", "plan", "rundir", "subproc", "actor")
+MAX_TRIES = 3
+
+
+# ============================================================================ probes
+
+
+def probe_algorithm(cfg: RootConfig, path: str) -> Any:
+    from test_algorithms_keys import adv_probe, loss_probe
+
+    return adv_probe(cfg.algorithm), loss_probe(cfg.algorithm)
+
+
+def probe_plan(cfg: RootConfig, path: str) -> Any:
+    """The runtime's pure planning (config/plan.py): placement, derived sizes, env split, and
+    whether rollout computes reference log-probs (needs_reference, as build_groups asks). The
+    runner loop is not probed: its interval, resume and checkpoint keys are live here only
+    through their checks, and runner.only_eval only where it changes needs_reference."""
+    from embodied_rl.config.plan import chunk_steps_per_epoch, plan_run
+    from embodied_rl.config.resources import detect_resources
+    from embodied_rl.runtime.groups import needs_reference
+    from embodied_rl.workers.env_worker import envs_per_worker, rollout_rank_of
+
+    cfg = dataclasses.replace(cfg)  # plan_run fills derived keys in place
+    plan = plan_run(cfg, detect_resources(cfg.cluster))
+    n_env, n_roll = plan.env_workers, plan.rollout_workers
+    out: dict[str, Any] = {"placement": {k: v.process_slots for k, v in plan.placement.components.items()},
+                           "resources": plan.resources, "batch": (cfg.actor.global_batch_size, cfg.actor.micro_batch_size)}
+    out["rollout_of_env"] = [rollout_rank_of(e, n_env, n_roll) for e in range(n_env)]
+    out["reference"] = needs_reference(cfg)
+    for mode in ("train", "eval"):
+        out[mode] = (envs_per_worker(getattr(cfg.env, mode).total_num_envs, n_env, cfg.rollout.pipeline_stage_num, mode),
+                     chunk_steps_per_epoch(cfg, mode))
+    return out
+
+
+_POLICIES: dict[str, Any] = {}
+
+
+def _policy(model_cfg) -> Any:
+    from embodied_rl.models import build_policy
+
+    key = repr(dataclasses.asdict(model_cfg))
+    if key not in _POLICIES:
+        torch.manual_seed(0)  # value head / LoRA init: the same for equal configs
+        _POLICIES[key] = build_policy(model_cfg, device="cpu").eval()
+    return _POLICIES[key]
+
+
+def _fixed_obs(policy, n: int = 3):
+    from embodied_rl.envs.messages import EnvObservation
+
+    rng = np.random.default_rng(0)
+    size = policy.arch.image_size
+    return EnvObservation(
+        main_images=rng.integers(0, 256, (n, size, size, 3), dtype=np.uint8),
+        states=rng.standard_normal((n, 8)).astype(np.float32),
+        task_descriptions=["pick up the red cube"] * n,
+        wrist_images=rng.integers(0, 256, (n, size, size, 3), dtype=np.uint8),
+    )
+
+
+def probe_model(cfg: RootConfig, path: str) -> Any:
+    """Rollout copy (rollout.model.model_path) predicts with the runtime's sampling specs; the
+    actor copy re-scores the tokens. Checkpoints missing on disk are created as the CLI does."""
+    from embodied_rl.runtime.groups import sampling_specs
+    from embodied_rl.runtime.train import ensure_model
+
+    created = [p for p in {cfg.actor.model.model_path, cfg.rollout.model.model_path}
+               if p and not (Path(p) / "config.json").exists() and not Path(p).exists()]
+    try:
+        with quiet():
+            ensure_model(cfg)
+        _POLICIES.clear() if created else None
+        rollout = _policy(dataclasses.replace(cfg.actor.model, model_path=cfg.rollout.model.model_path))
+        actor = _policy(cfg.actor.model)
+        out: dict[str, Any] = {"trainable": {k: (v.dtype, tuple(v.shape)) for k, v in actor.trainable_state_dict().items()}}
+        with torch.no_grad():
+            inputs = rollout.prepare_inputs(_fixed_obs(rollout))
+            for mode, spec in sampling_specs(cfg).items():
+                gen = torch.Generator().manual_seed(1)
+                o = rollout.predict(inputs, do_sample=spec.do_sample, temperature=spec.temperature, top_k=spec.top_k,
+                                    compute_values=cfg.algorithm.uses_critic, generator=gen)
+                ev = actor.evaluate_actions(o.forward_inputs, o.action_tokens, temperature=cfg.algorithm.sampling_params.temperature_train,
+                                            top_k=cfg.algorithm.sampling_params.top_k or 0, compute_values=cfg.algorithm.uses_critic)
+                out[mode] = (o.actions, o.action_tokens, o.logprobs, o.values, o.forward_inputs, ev)
+        return out
+    finally:
+        for p in created:
+            shutil.rmtree(p, ignore_errors=True)
+        if created:
+            _POLICIES.clear()
+
+
+_BATCHES: dict[str, dict] = {}
+
+
+def probe_actor(cfg: RootConfig, path: str) -> Any:
+    """One real FSDP2 train step (gloo, world 1, this process) on a real-policy batch, and the
+    learning rates its scheduler sets for the next step."""
+    from actor_fixtures import make_rollout_batch
+
+    from embodied_rl.runtime import fsdp
+    from embodied_rl.workers.actor_worker import ActorWorker
+
+    key = repr((dataclasses.asdict(cfg.actor.model), dataclasses.asdict(cfg.algorithm), cfg.actor.seed))
+    if key not in _BATCHES:
+        _BATCHES.clear()
+        _BATCHES[key] = make_rollout_batch(cfg)
+    worker = ActorWorker(cfg, 0, 1)
+    try:
+        info = worker.setup("127.0.0.1", fsdp.free_port())
+        metrics = worker.train_step(_BATCHES[key])
+        sd, version = worker.get_trainable_state_dict()
+        # The LR the scheduler set for the next step: one step cannot show a schedule otherwise.
+        next_lrs = [g["lr"] for g in worker.optimizer.param_groups]
+    finally:
+        worker.shutdown()
+    metrics = {k: v for k, v in metrics.items() if not k.startswith("time/")}
+    return info, metrics, sd, version, next_lrs
+
+
+def probe_env(cfg: RootConfig, path: str) -> Any:
+    """Env worker 0, stage 0 of the runtime's plan: make_env, reset, one rollout epoch of chunks."""
+    from embodied_rl.config.plan import chunk_steps_per_epoch
+    from embodied_rl.envs import make_env
+
+    parts = path.split(".")
+    mode = parts[1] if len(parts) > 1 and parts[0] == "env" and parts[1] in ("train", "eval") else "train"
+    env_cfg = getattr(cfg.env, mode)
+    per_stage, steps = probe_plan(cfg, path)[mode]
+    assert steps == chunk_steps_per_epoch(cfg, mode)
+    video_root = Path(env_cfg.video_cfg.video_base_dir).resolve()
+    if Path.cwd().resolve() in video_root.parents:  # never the walk directory itself ('' = cwd)
+        shutil.rmtree(video_root, ignore_errors=True)
+    env = make_env(env_cfg, per_stage, seed_offset=0, video_dir=env_cfg.video_cfg.video_base_dir, env_worker=0, stage=0)
+    try:
+        m = cfg.actor.model
+        t = np.linspace(-1.0, 1.0, per_stage * m.num_action_chunks * m.action_dim, dtype=np.float32)
+        actions = (0.8 * np.sin(7 * t)).reshape(per_stage, m.num_action_chunks, m.action_dim)
+        actions[..., -1] = np.abs(actions[..., -1])  # gripper in [0, 1]
+        env.begin_video(1, 1, mode, cfg.runner.experiment_name)
+        out: list[Any] = [env.reset()]
+        for _ in range(steps):
+            out.append(env.chunk_step(actions))
+        out.append(env.pop_metrics())
+        env.end_video()
+    finally:
+        env.close()
+    out.append(files_under(video_root) if video_root.exists() else None)
+    return out
+
+
+def probe_ray(cfg: RootConfig, path: str) -> Any:
+    """A fresh RayCluster from cluster.*, its placement, build_groups' channel wiring, and an
+    in-process RolloutWorker built with the arguments build_groups gives it."""
+    import ray
+
+    from embodied_rl.runtime import groups
+    from embodied_rl.runtime.worker_group import RayCluster
+    from embodied_rl.workers.rollout_worker import RolloutWorker
+
+    if ray.is_initialized():
+        ray.shutdown()
+    c = cfg.cluster
+    cluster = RayCluster(address=c.address, num_nodes=c.num_nodes, num_cpu_slots=c.num_cpu_slots, wait_nodes_s=3.0)
+    try:
+        placement = cluster.placement(c.component_placement)
+        wiring = groups._wiring(cfg, run_id="walk")
+        try:
+            chans = {k: (ch.name, ch.queue_size) for k in ("obs", "actions", "trajectories") if (ch := getattr(wiring, k))}
+            worker = RolloutWorker(
+                dataclasses.replace(cfg.actor.model, model_path=cfg.rollout.model.model_path), wiring, rank=0, world_size=1,
+                num_env_workers=placement["env"].num_processes, pipeline_stage_num=cfg.rollout.pipeline_stage_num,
+                sampling=groups.sampling_specs(cfg), compute_values=cfg.algorithm.uses_critic,
+                enable_offload=cfg.rollout.enable_offload, seed=cfg.runner.seed,
+                compute_ref_logprobs=groups.needs_reference(cfg))
+            # What the worker built (policies, reference, generator seed, served env ranks).
+            rollout = (worker.env_ranks, worker.generator.initial_seed(),
+                       sorted((k, type(v).__name__) for k, v in vars(worker).items() if v is not None))
+        finally:
+            for ch in {id(x): x for x in (wiring.obs, wiring.actions, wiring.trajectories) if x}.values():
+                ch.shutdown()
+        return (cluster.num_slots, cluster.slots_per_node, cluster.accelerator, ray.cluster_resources().get("CPU"),
+                {k: v.process_slots for k, v in placement.components.items()}, chans,
+                (wiring.obs_queue, wiring.action_queue, wiring.trajectory_queue), rollout)
+    finally:
+        cluster.shutdown()
+        if ray.is_initialized():
+            ray.shutdown()
+
+
+def probe_subproc(cfg: RootConfig, path: str) -> Any:
+    """env.<mode>.subproc on the real SubprocBackend/SubprocEnvPool (what the ManiSkill CPU and
+    LIBERO backends build from it), hosting a millisecond SubEnv (schema_walk_subenv.py): start,
+    reset, and 5 steps in which sub-env 0's simulator raises on steps 1-3 (the one shared failure
+    context: restarts, failed flags, max_restarts). The SubEnv reports whether a fork server
+    started it. Why not ManiSkill: a deadline change rebuilds children, 5-20 s each, up to
+    max_restarts times; the env probe still covers ManiSkill with the shipped deadlines."""
+    from schema_walk_subenv import CounterFactory
+
+    from embodied_rl.envs.pooled import SubprocBackend
+
+    env_cfg = getattr(cfg.env, path.split(".")[1])
+    backend = SubprocBackend(CounterFactory(os.getpid()), 2, options=env_cfg.subproc)
+    try:
+        out: list[Any] = [backend.reset([0, 1], [7, 8])]
+        for t in range(5):
+            actions = np.array([[-1.0 if t < 3 else 1.0, t], [1.0, t]], np.float32)
+            out.append(backend.step(actions))
+        return out, backend.pool.num_restarts
+    finally:
+        backend.close()
+
+
+def probe_names(cfg: RootConfig, path: str) -> Any:
+    """Names of the Ray actors a WorkerGroup per component gets from its section's group_name,
+    read back from Ray, started as build_groups starts them (a namespace of the run's own) on a
+    fresh RayCluster. Covers the naming, not which key build_groups passes (starting the real
+    workers is the e2e tests' job). Its own probe: the actors cost seconds on every start."""
+    import ray
+
+    from embodied_rl.runtime.worker_group import RayCluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    c = cfg.cluster
+    cluster = RayCluster(address=c.address, num_nodes=c.num_nodes, num_cpu_slots=c.num_cpu_slots, wait_nodes_s=3.0)
+    try:
+        return _actor_names(cfg, cluster, cluster.placement(c.component_placement))
+    finally:
+        cluster.shutdown()
+        if ray.is_initialized():
+            ray.shutdown()
+
+
+def _actor_names(cfg: RootConfig, cluster, placement) -> list[str]:
+    import ray
+
+    from embodied_rl.runtime.worker_group import WorkerGroup
+
+    class Named:  # the smallest Ray actor; local, so Ray ships it by value (workers lack tests/)
+        def __init__(self, rank: int, world_size: int) -> None:
+            pass
+
+        def ping(self) -> int:
+            return 0
+
+    ns = f"schema-walk-{os.getpid()}"
+    started = []
+    try:
+        for component in ("env", "rollout", "actor"):
+            started.append(WorkerGroup(Named, cluster, placement, component, namespace=ns,
+                                       name=getattr(cfg, component).group_name))
+            started[-1].run("ping", timeout=120)
+        return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == ns)
+    finally:
+        for group in started:
+            group.shutdown()
+
+
+def _wandb_runs(root: Path) -> list[tuple[str, str]]:
+    """(project, run name) of every wandb run under root, read from its offline run file (.wandb:
+    a LevelDB-style log of protobuf records): what wandb would upload, not what we passed it."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    out = []
+    for path in sorted(root.rglob("*.wandb")):
+        data, pos, buf, block = path.read_bytes(), 7, b"", 32768  # 7-byte file header
+        while pos + 7 <= len(data):
+            left = block - pos % block
+            if left < 7:  # a block's tail too short for a record header is padding
+                pos += left
+                continue
+            _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+            if kind == 0 and length == 0:
+                pos += left
+                continue
+            buf, pos = buf + data[pos + 7:pos + 7 + length], pos + 7 + length
+            if kind in (1, 4):  # FULL or LAST fragment: a whole record
+                rec = pb.Record()
+                rec.ParseFromString(buf)
+                buf = b""
+                if rec.WhichOneof("record_type") == "run":
+                    out.append((rec.run.project, rec.run.display_name))
+    return out
+
+
+def probe_rundir(cfg: RootConfig, path: str) -> Any:
+    """What MetricsLogger writes for one step (files and console), timestamps masked, and the
+    project and run name of its wandb run (offline: tests/conftest.py sets WANDB_MODE)."""
+    import re
+
+    from embodied_rl.runtime.metrics_logger import MetricsLogger
+
+    # One directory, emptied for each probe and never removed: wandb's service process (started
+    # by the first wandb probe, kept for the walk) resolves the relative run dir against its
+    # own working directory, which must stay this one.
+    root = Path.cwd() / "rundir"
+    root.mkdir(exist_ok=True)
+    _empty(root)
+    here = Path.cwd()
+    os.chdir(root)
+    try:
+        with quiet() as out, MetricsLogger(cfg.runner.logger, cfg.runner.logger.log_path, total_steps=cfg.runner.max_steps,
+                                           config=to_dict(cfg), stream=None) as logger:
+            logger.log(1, {"env/success_once": 0.5, "train/actor/total_loss": 1.0})
+        # wandb's own files vary from run to run (written by its service process): observed
+        # as its directory here, and through its run record below.
+        names = sorted({re.sub(r"\d{6,}.*|(?<=wandb)/.*", "<t>", str(p.relative_to(root)))
+                        for p in root.rglob("*") if p.is_file()})
+        jsonl = [p.read_text() for p in root.rglob("metrics.jsonl")]
+        console = re.sub(r"\d+(\.\d+)?\s*(s|it/s|ms)\b|\d\d:\d\d(:\d\d)?", "<t>", out.getvalue())
+        return names, [re.sub(r'"time": [0-9.e+-]+', "", j) for j in jsonl], console, _wandb_runs(root)
+    finally:
+        os.chdir(here)
+        _empty(root)
+
+
+def _empty(root: Path) -> None:
+    for p in root.iterdir():
+        shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+
+
+PROBES: dict[str, Callable[[RootConfig, str], Any]] = {
+    "algorithm": probe_algorithm, "plan": probe_plan, "rundir": probe_rundir, "model": probe_model,
+    "env": probe_env, "actor": probe_actor, "ray": probe_ray, "subproc": probe_subproc,
+    "names": probe_names,
+}
+
+# Consumers of each section, cheapest first (a key is routed by its longest matching prefix).
+ROUTES: dict[str, tuple[str, ...]] = {
+    "cluster": ("plan", "env", "ray"),
+    "runner": ("rundir", "plan", "actor"),
+    "algorithm": ("algorithm", "plan", "model", "actor"),
+    "algorithm.sampling_params": ("model",),
+    "env": ("ray",),
+    "env.train": ("plan", "env"),
+    "env.eval": ("plan", "env"),
+    # The cheap pool first: the env probe rebuilds ManiSkill children on every deadline change.
+    "env.train.subproc": ("subproc", "env"),
+    "env.eval.subproc": ("subproc", "env"),
+    "rollout": ("plan", "env", "model", "ray"),
+    "actor": ("plan", "actor", "ray"),
+    "actor.model": ("model", "actor"),
+    "env.group_name": ("names",), "rollout.group_name": ("names",), "actor.group_name": ("names",),
+}
+
+
+def route(path: str) -> tuple[str, ...]:
+    parts = path.split(".")
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in ROUTES:
+            return ROUTES[".".join(parts[:n])]
+    raise KeyError(f"no probe route for {path}")
+
+
+def section_of(path: str) -> str:
+    """The parent section whose switches form a key's contexts."""
+    parts = path.split(".")
+    if parts[0] == "env" and len(parts) > 2 and parts[1] in ("train", "eval"):
+        return ".".join(parts[:2])
+    return parts[0] if parts[0] != "actor" or len(parts) < 3 else ".".join(parts[:2])
+
+
+# ============================================================================ the walk
+
+# The other experiment configs are contexts too (e.g. GRPO settings span several sections).
+OTHER_EXPERIMENTS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "configs").glob("*.yaml") if p.stem != BASE)
+
+
+def load_in(ctx: tuple[str, ...], *extra: str) -> RootConfig | Outcome:
+    """Load the walk base (or '@<experiment>') with the context's and the change's overrides."""
+    name = ctx[0][1:] if ctx and ctx[0].startswith("@") else BASE
+    return try_load(name, [*BASE_OVERRIDES, *(c for c in ctx if not c.startswith("@")), *extra])
+
+
+
+@dataclasses.dataclass
+class Verdict:
+    path: str
+    live: bool
+    evidence: str
+
+
+class Walker:
+    def __init__(self, leaves: list[Leaf], base: RootConfig, present: Callable[[str], bool]) -> None:
+        self.leaves, self.base, self.present = leaves, base, present
+        self._base_outcomes: dict[tuple[str, str, str], Outcome] = {}
+        self.timings: dict[str, float] = {}
+
+    def _probe(self, name: str, cfg: RootConfig, path: str) -> Outcome:
+        t0 = time.perf_counter()
+        out = run_probe(PROBES[name], cfg, path)
+        self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - t0
+        return out
+
+    def _base(self, ctx: tuple[str, ...], name: str, cfg: RootConfig, path: str) -> Outcome:
+        mode_key = path.split(".")[1] if name in ("env", "subproc") and path.startswith("env.") else ""
+        key = (repr(ctx), name, mode_key)
+        if key not in self._base_outcomes:
+            first = self._probe(name, cfg, path)
+            if name not in ("ray", "actor", "names"):  # the cheap probes are checked for determinism
+                again = self._probe(name, cfg, path)
+                assert first == again, f"probe {name} is not deterministic on {ctx}: {first.summary} vs {again.summary}"
+            # A consumer that fails on the walk base observes nothing: that is a broken probe.
+            assert ctx or not first.error, f"probe {name} fails on the walk base: {first.summary}"
+            self._base_outcomes[key] = first
+        return self._base_outcomes[key]
+
+    def contexts(self, leaf: Leaf) -> list[tuple[tuple[str, ...], str | None]]:
+        """(extra overrides, switch leaf name) to try: the walk base, then related switches."""
+        out: list[tuple[tuple[str, ...], str | None]] = [((), None)]
+        out += [((f"@{name}",), None) for name in OTHER_EXPERIMENTS]
+        section = section_of(leaf.path)
+        scored = []
+        for sw in self.leaves:
+            if sw.path == leaf.path or section_of(sw.path) != section:
+                continue
+            for value in candidates(sw, get_path(self.base, sw.path)):
+                score = relatedness(leaf, sw, value) + is_switch(sw)
+                scored.append((-score, sw.path, value, sw))
+        scored.sort(key=lambda s: (s[0], s[1]))
+        budget = max(MAX_CONTEXTS[p] for p in route(leaf.path))
+        for _, path, value, _sw in scored[:budget]:
+            out.append(((override(path, value, self.present(path)),), path))
+        return out[: budget + 1]
+
+    def judge(self, leaf: Leaf) -> Verdict:
+        notes: list[str] = []
+        for i, (ctx, switch) in enumerate(self.contexts(leaf)):
+            ctx_cfg = load_in(ctx)
+            if isinstance(ctx_cfg, Outcome):
+                continue
+            probes = [p for p in route(leaf.path) if i <= MAX_CONTEXTS[p]]
+            cands = candidates(leaf, get_path(ctx_cfg, leaf.path))
+            rejected: list[tuple[str, str]] = []
+            tries = dict.fromkeys(probes, 0)
+            for value in cands:
+                ov = override(leaf.path, value, self.present(leaf.path))
+                cfg = load_in(ctx, ov)
+                where = f" on top of {ctx[0]}" if ctx else ""
+                if isinstance(cfg, Outcome):
+                    rejected.append((ov, cfg.summary))
+                    if switch and switch.rsplit(".", 1)[-1] in cfg.summary:  # the key gates the switch
+                        return Verdict(leaf.path, True, f"{ov}{where} rejected: {cfg.summary}")
+                    continue
+                verdict = self._compare(leaf, ctx, ctx_cfg, cfg, probes, tries, ov, where, rejected)
+                if verdict is not None:
+                    return verdict
+                if all(t >= (MAX_TRIES if p in CHEAP else 1) for p, t in tries.items()):
+                    break
+            if not ctx and cands and len(rejected) == len(cands):
+                return Verdict(leaf.path, True, f"every changed value rejected, e.g. {rejected[0][0]}: {rejected[0][1]}")
+            if not ctx:
+                notes.append(f"{len(cands)} values ({len(rejected)} rejected) changed none of {probes}")
+        notes.append(f"nor on {len(self.contexts(leaf)) - 1} related settings")
+        return Verdict(leaf.path, False, "; ".join(notes))
+
+    def _compare(self, leaf, ctx, ctx_cfg, cfg, probes, tries, ov, where, rejected) -> Verdict | None:
+        for name in probes:
+            if tries[name] >= (MAX_TRIES if name in CHEAP else 1):
+                continue  # expensive consumers see one accepted value per context
+            base = self._base(ctx, name, ctx_cfg, leaf.path)
+            if base.rejected:
+                continue
+            got = self._probe(name, cfg, leaf.path)
+            if got.rejected:  # the consumer refused the value: try the next one
+                rejected.append((ov, f"{name}: {got.summary}"))
+                return None
+            tries[name] += 1
+            if got != base:
+                return Verdict(leaf.path, True, f"{ov}{where}: probe {name} changed ({base.summary[:50]} -> {got.summary[:50]})")
+        return None
+
+
+# ============================================================================ fixtures and test
+
+
+@pytest.fixture(scope="module")
+def walk_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("schema_walk")
+    cwd = Path.cwd()
+    os.chdir(root)  # relative run dirs, videos and bogus paths land here, not in the checkout
+    yield root
+    os.chdir(cwd)
+
+
+@pytest.fixture(scope="module")
+def shared_simulators():
+    """Cache real simulator backends by what their constructor reads (see the module docstring)."""
+    from embodied_rl.envs import backend as registry
+
+    registry.available_simulators()  # imports the built-in backends
+    real = dict(registry._SIMULATORS)
+    cache: dict[str, Any] = {}
+    wrapped = {name: _caching_backend(cls, cache) for name, cls in real.items()}
+    registry._SIMULATORS.update(wrapped)
+    yield cache
+    registry._SIMULATORS.update(real)
+    for b in cache.values():
+        b.close()
+
+
+def _caching_backend(real_cls: type, cache: dict[str, Any]) -> type:
+    from embodied_rl.envs.backend import SimulatorBackend
+
+    class Shared(SimulatorBackend):
+        params_cls = real_cls.params_cls
+
+        def __init__(self, cfg, params, num_envs: int, *, seed: int) -> None:
+            key = repr((real_cls.__name__, dataclasses.asdict(params), cfg.task_description,
+                        dataclasses.asdict(cfg.subproc), num_envs, seed))
+            if key not in cache:
+                cache[key] = real_cls(cfg, params, num_envs, seed=seed)
+            self.key, self.inner, self.num_envs = key, cache[key], num_envs
+
+        def _guard(self, fn, *args):
+            try:
+                return fn(*args)
+            except BaseException:  # a broken simulator is rebuilt on next use
+                cache.pop(self.key, None)
+                self.inner.close()
+                raise
+
+        def reset(self, env_ids, reset_ids):
+            return self._guard(self.inner.reset, env_ids, reset_ids)
+
+        def step(self, actions, env_ids=None):
+            return self._guard(self.inner.step, actions, env_ids)
+
+        @property
+        def action_dim(self) -> int:
+            return self.inner.action_dim
+
+        def num_reset_ids(self):
+            return self.inner.num_reset_ids()
+
+        def task_of(self, env_index: int):
+            return self.inner.task_of(env_index)
+
+        def close(self) -> None:  # shared: closed when the walk ends
+            pass
+
+    return Shared
+
+
+def test_every_key_is_live(walk_dir: Path, shared_simulators):
+    from embodied_rl.envs.backend import get_simulator
+
+    model_dir = walk_dir / "tiny-oft"
+    overrides = [*BASE_OVERRIDES, f"actor.model.model_path={model_dir}"]
+    BASE_OVERRIDES[:] = overrides
+    base = try_load(BASE, BASE_OVERRIDES)
+    assert not isinstance(base, Outcome), base.summary
+    from embodied_rl.runtime.train import ensure_model
+
+    base_seed = dataclasses.replace(base, runner=dataclasses.replace(base.runner, seed=base.runner.seed + 1))
+    with quiet():
+        ensure_model(base_seed)  # a preset made from another seed, so re-creating one is visible
+    tree = compose(BASE, BASE_OVERRIDES)
+
+    def present(path: str) -> bool:
+        node: Any = tree
+        for part in path.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return False
+            node = node[part]
+        return True
+
+    def params_cls(path: str):
+        env_type = get_path(base, path.rsplit(".", 1)[0] + ".env_type")
+        return get_simulator(env_type).params_cls
+
+    leaves = schema_leaves(RootConfig, "", params_cls)
+    walker = Walker(leaves, base, present)
+    only = tuple(os.environ.get("SCHEMA_WALK_ONLY", "").split(","))  # debugging: key prefixes to walk
+    verdicts = []
+    for leaf in leaves:
+        if any(only) and not leaf.path.startswith(only):
+            continue
+        t0 = time.perf_counter()
+        v = walker.judge(leaf)
+        verdicts.append(v)
+        print(f"{'live ' if v.live else 'INERT'} {leaf.path} ({time.perf_counter() - t0:.1f} s): {v.evidence}", flush=True)
+    print("probe seconds:", {k: round(v, 1) for k, v in walker.timings.items()})
+    inert = [v for v in verdicts if not v.live]
+    assert not inert, f"{len(inert)} of {len(verdicts)} keys change nothing and are not rejected:\n" + "\n".join(
+        f"  {v.path}: {v.evidence}" for v in inert)
