@@ -51,17 +51,18 @@ def actor_config(model_path: Path, *overrides: str):
     })
     for ov in overrides:
         apply_override(tree, parse_override(ov))
-    return validate(resolve(tree))
+    return validate(resolve(tree), plan=False)  # the actor tests size their own groups
 
 
 def make_rollout_batch(cfg, seed: int = 0) -> dict:
     """A time-major batch [T, N, ...] as the runtime produces it, from real policy calls."""
     gen = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
-    # The actor seeds with actor.seed before building, so this policy (value head, LoRA init)
-    # equals the actor's initial policy, as after the runtime's initial weight sync.
+    # The actor seeds with actor.seed before building (LoRA init) and builds the value head from
+    # init_seed=actor.seed, so this policy equals the actor's initial one, as after the runtime's
+    # initial weight sync.
     torch.manual_seed(cfg.actor.seed)
-    policy = build_policy(cfg.actor.model, device="cpu", dtype=torch.float32).eval()
+    policy = build_policy(cfg.actor.model, device="cpu", dtype=torch.float32, init_seed=cfg.actor.seed).eval()
     size = policy.arch.image_size
     obs = EnvObservation(
         main_images=rng.integers(0, 256, size=(T * N, size, size, 3), dtype=np.uint8),

@@ -55,8 +55,11 @@ CASES: list[tuple[str, list[str], str]] = [
     ("train", ["algorithm.kl_penalty=full", "algorithm.kl_beta=0.1"], "kl_penalty"),
     ("train", ["algorithm.use_kl_loss=true", "algorithm.kl_loss_coef=0"], "kl_loss_coef"),
     # optimizer
-    ("train", ["actor.optim.lr=-1e-4"], "actor.optim.lr: must be > 0"),
-    ("train", ["actor.optim.value_lr=0"], "actor.optim.value_lr: must be > 0"),
+    ("train", ["actor.optim.lr=-1e-4"], "actor.optim.lr: must be >= 0"),
+    ("train", ["actor.optim.value_lr=-1"], "actor.optim.value_lr: must be >= 0"),
+    ("train", ["actor.optim.lr=0", "actor.optim.min_lr=0", "actor.model.add_value_head=false", "algorithm.adv_type=grpo",
+               "algorithm.group_size=2", "env.train.group_size=2", "env.train.use_fixed_reset_state_ids=true"],
+     "actor.optim.lr=0 freezes the policy and nothing else would train"),
     ("train", ["actor.optim.min_lr=1.0"], "actor.optim.min_lr=1.0 must be in [0, actor.optim.lr"),
     ("train", ["actor.optim.adam_beta1=1.0"], "adam_beta1/adam_beta2 must be in [0, 1)"),
     # precision, devices, engines

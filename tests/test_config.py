@@ -51,6 +51,8 @@ env:
 actor:
   model:
     create_preset: {name: tiny}
+    add_value_head: true      # the default adv_type (gae) trains a critic
+    value_type: chunk_level   # one value per chunk reward (algorithm.reward_type)
 """
 
 

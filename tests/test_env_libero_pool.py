@@ -25,7 +25,7 @@ SMALL = ["env.train.init_params.camera_heights=64", "env.train.init_params.camer
 
 
 def _env_cfg(*overrides: str) -> EnvConfig:
-    return load_config("libero_grpo_tiny", [*SMALL, *overrides]).env.train
+    return load_config("libero_grpo_tiny", [*SMALL, *overrides], plan=False).env.train
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,7 @@ def make_obs(n: int = 2, seed: int = 0) -> EnvObservation:
 
 
 def cfg(path: str, **kw) -> ModelConfig:
-    return ModelConfig(model_path=path, num_images_in_input=2, num_action_chunks=2, add_value_head=True, **kw)
+    return ModelConfig(model_path=path, num_images_in_input=2, num_action_chunks=2, add_value_head=True, **{"value_type": "action_level", **kw})
 
 
 def loss_of(policy, obs: EnvObservation) -> torch.Tensor:

@@ -143,10 +143,12 @@ def _kl_reference(cfg: RootConfig) -> None:
 @config_check
 def _optimizer(cfg: RootConfig) -> None:
     o = cfg.actor.optim
-    if not o.lr > 0:
-        raise ConfigError(f"actor.optim.lr: must be > 0, got {o.lr}")
-    if not o.value_lr > 0:
-        raise ConfigError(f"actor.optim.value_lr: must be > 0, got {o.value_lr}")
+    # lr 0 freezes the policy while the critic warms up (value_lr); both 0 would train nothing.
+    for key, value in (("lr", o.lr), ("value_lr", o.value_lr)):
+        if not value >= 0:
+            raise ConfigError(f"actor.optim.{key}: must be >= 0, got {value}")
+    if o.lr == 0 and (o.value_lr == 0 or not cfg.actor.model.add_value_head):
+        raise ConfigError("actor.optim.lr=0 freezes the policy and nothing else would train; set lr > 0 (or value_lr > 0 with a value head)")
     if not 0 <= o.min_lr <= o.lr:
         raise ConfigError(f"actor.optim.min_lr={o.min_lr} must be in [0, actor.optim.lr={o.lr}]")
     if o.lr_warmup_steps < 0:
