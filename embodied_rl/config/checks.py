@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from embodied_rl.config.plan import used_modes
 from embodied_rl.errors import ConfigError, UserError
 
 if TYPE_CHECKING:
@@ -45,12 +46,6 @@ def run_checks(cfg: RootConfig) -> None:
 def run_plan_checks(cfg: RootConfig, plan: RunPlan) -> None:
     for check in _PLAN_CHECKS:
         check(cfg, plan)
-
-
-def _modes(cfg: RootConfig) -> tuple[str, ...]:
-    from embodied_rl.config.plan import used_modes
-
-    return used_modes(cfg)
 
 
 # ---- rules of the config alone --------------------------------------------------------
@@ -90,7 +85,7 @@ def _env_episodes(cfg: RootConfig) -> None:
     from embodied_rl.envs.action_adapter import ActionAdapter
     from embodied_rl.envs.vector_env import ChunkedVectorEnv
 
-    for mode in _modes(cfg):
+    for mode in used_modes(cfg):
         env, key = getattr(cfg.env, mode), f"env.{mode}"
         if env.total_num_envs is not None and env.total_num_envs < 1:
             raise ConfigError(f"{key}.total_num_envs: must be >= 1, or null to derive it from the machine, got {env.total_num_envs}")
@@ -213,7 +208,7 @@ def _env_split(cfg: RootConfig, plan: RunPlan) -> None:
     from embodied_rl.runtime.placement import envs_per_worker, rollout_rank_of
 
     rollout_rank_of(0, plan.env_workers, plan.rollout_workers)
-    for mode in _modes(cfg):
+    for mode in used_modes(cfg):
         env = getattr(cfg.env, mode)
         per_stage = envs_per_worker(env.total_num_envs, plan.env_workers, cfg.rollout.pipeline_stage_num, mode)
         ChunkedVectorEnv.validate(env, per_stage, f"env.{mode}")
@@ -240,7 +235,7 @@ def _accelerator(cfg: RootConfig, plan: RunPlan) -> None:
             raise ConfigError(f"{key}=true needs GPUs (there are none: {where}; weights already live in host memory); set it false")
     if cfg.actor.model.attn_implementation == "flash_attention_2":
         raise ConfigError(f"actor.model.attn_implementation=flash_attention_2 needs CUDA GPUs ({where}); use sdpa")
-    for mode in _modes(cfg):
+    for mode in used_modes(cfg):
         for key in ("sim_backend", "render_backend"):
             if getattr(cfg.env, mode).init_params.get(key) == "gpu":
                 raise ConfigError(f"env.{mode}.init_params.{key}=gpu needs CUDA GPUs ({where}); use cpu")

@@ -1,26 +1,16 @@
 """Scripted experts by ManiSkill env id: `@register_expert("PickCube-v1")` on a `ScriptedExpert`."""
 from __future__ import annotations
 
-from collections.abc import Callable
-
+from embodied_rl.algorithms.registry import Registry
 from embodied_rl.demos.experts.base import ScriptedExpert
 from embodied_rl.errors import ConfigError
 
-_EXPERTS: dict[str, type[ScriptedExpert]] = {}
-
-
-def register_expert(env_id: str) -> Callable[[type[ScriptedExpert]], type[ScriptedExpert]]:
-    def wrap(cls: type[ScriptedExpert]) -> type[ScriptedExpert]:
-        if env_id in _EXPERTS:
-            raise ValueError(f"expert for {env_id!r} registered twice")
-        _EXPERTS[env_id] = cls
-        return cls
-
-    return wrap
+_EXPERTS: Registry = Registry("env.train.init_params.id")
+register_expert = _EXPERTS.register
 
 
 def expert_tasks() -> list[str]:
-    return sorted(_EXPERTS)
+    return _EXPERTS.names()
 
 
 def make_expert(env_id: str) -> ScriptedExpert:
@@ -28,4 +18,4 @@ def make_expert(env_id: str) -> ScriptedExpert:
         raise ConfigError(
             f"env.train.init_params.id={env_id!r} has no scripted expert; demos exist for {', '.join(expert_tasks())}"
         )
-    return _EXPERTS[env_id]()
+    return _EXPERTS.get(env_id)()
