@@ -68,25 +68,25 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def split_config_args(args: Sequence[str]) -> tuple[str, list[str]]:
+def split_config_args(args: Sequence[str], default: str | None = None) -> tuple[str, list[str]]:
     from embodied_rl.config.loader import DEFAULT_EXPERIMENT
 
     if args and "=" not in args[0]:
         return args[0], list(args[1:])
-    return DEFAULT_EXPERIMENT, list(args)
+    return default or DEFAULT_EXPERIMENT, list(args)
 
 
-def _load(ns: argparse.Namespace, extra: Sequence[str] = ()):
+def _load(ns: argparse.Namespace, extra: Sequence[str] = (), default: str | None = None):
     from embodied_rl.config.loader import load_config
 
-    name, overrides = split_config_args(ns.args)
+    name, overrides = split_config_args(ns.args, default)
     return load_config(name, [*overrides, *extra])
 
 
-def _train(ns: argparse.Namespace, extra: Sequence[str] = ()) -> int | None:
+def _train(ns: argparse.Namespace, extra: Sequence[str] = (), default: str | None = None) -> int | None:
     from embodied_rl.config.loader import save_resolved_config
 
-    cfg = _load(ns, extra)
+    cfg = _load(ns, extra, default)
     main = resolve_entry("embodied_rl.runtime.train:main", "training (embodied-rl train/eval)")
     path = save_resolved_config(cfg, cfg.runner.logger.log_path)
     print(f"resolved config: {path}", file=sys.stderr)
@@ -96,6 +96,12 @@ def _train(ns: argparse.Namespace, extra: Sequence[str] = ()) -> int | None:
 @command("train", "train a policy with RL (default config: maniskill_ppo_tiny)", add_config_args)
 def train_cmd(ns: argparse.Namespace) -> int | None:
     return _train(ns)
+
+
+@command("sft", "supervised fine-tuning on demonstrations (= train with runner.paradigm=sft; default config: maniskill_sft_tiny)",
+         add_config_args)
+def sft_cmd(ns: argparse.Namespace) -> int | None:
+    return _train(ns, extra=["runner.paradigm=sft"], default="maniskill_sft_tiny")
 
 
 @command("eval", "evaluate a policy without training (= train with runner.only_eval=true)", add_config_args)

@@ -38,6 +38,7 @@ class Leaf:
     path: str
     tp: Any
     help: str
+    sim: str | None = None  # env_type whose `init_params` holds this key
 
 
 def _optional_inner(tp: Any) -> Any | None:
@@ -49,23 +50,22 @@ def _optional_inner(tp: Any) -> Any | None:
     return None
 
 
-def schema_leaves(cls: type, prefix: str, params_cls: Callable[[str], type | None]) -> list[Leaf]:
-    """Every leaf key below dataclass `cls`; `init_params` expand into the backend's params_cls."""
+def schema_leaves(cls: type, prefix: str, simulators: dict[str, type], sim: str | None = None) -> list[Leaf]:
+    """Every leaf key below dataclass `cls`; `init_params` expand into every simulator's params_cls."""
     out: list[Leaf] = []
     for f in dataclasses.fields(cls):
         tp, path = field_types(cls)[f.name], f"{prefix}{f.name}"
         inner = _optional_inner(tp)
         if dataclasses.is_dataclass(tp):
-            out.extend(schema_leaves(tp, path + ".", params_cls))
+            out.extend(schema_leaves(tp, path + ".", simulators, sim))
             continue
         if f.name == "init_params":
-            sim = params_cls(path)
-            if sim is not None:
-                out.extend(schema_leaves(sim, path + ".", params_cls))
+            for name, params_cls in sorted(simulators.items()):
+                out.extend(schema_leaves(params_cls, path + ".", simulators, name))
             continue
-        out.append(Leaf(path, tp, f.metadata.get("help", "")))
+        out.append(Leaf(path, tp, f.metadata.get("help", ""), sim))
         if inner is not None and dataclasses.is_dataclass(inner):  # an optional section: its keys too
-            out.extend(schema_leaves(inner, path + ".", params_cls))
+            out.extend(schema_leaves(inner, path + ".", simulators, sim))
     return out
 
 

@@ -128,7 +128,7 @@ def test_value_lr_group_drives_the_value_head(actor_hosts, model_dir, batch):  #
 
 def test_grpo_batch_without_critic_trains(actor_hosts, model_dir):  # noqa: F811
     cfg = actor_config(model_dir, "algorithm.adv_type=grpo", "algorithm.group_size=2", "env.train.group_size=2",
-                       "env.train.use_fixed_reset_state_ids=true", "actor.model.add_value_head=false")
+                       "actor.model.add_value_head=false")
     before, after, metrics = train_once(actor_hosts, cfg, 1, make_rollout_batch(cfg))
     assert math.isfinite(metrics["train/actor/total_loss"]) and "train/critic/lr" not in metrics
     assert not any(k.startswith("train/critic/value") for k in metrics)

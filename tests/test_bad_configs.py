@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+EXISTING_56PX = "existing/tiny-56px"
+
 # (command, arguments, expected part of the error line)
 CASES: list[tuple[str, list[str], str]] = [
     # sizes that do not fit the machine or each other
@@ -38,7 +40,6 @@ CASES: list[tuple[str, list[str], str]] = [
     # episodes and groups
     ("train", ["env.train.max_episode_steps=0"], "env.train.max_episode_steps: must be >= 1"),
     ("train", ["algorithm.group_size=2"], "algorithm.group_size=2 and env.train.group_size=1 must be equal"),
-    ("train", ["env.train.group_size=2", "algorithm.group_size=2"], "env.train.group_size=2 needs env.train.use_fixed_reset_state_ids=true"),
     ("train", ["env.train.reward_coef=.nan"], "env.train.reward_coef: must be a finite number"),
     ("train", ["env.train.action_adapter.scale=[1.0, 2.0]"], "env.train.action_adapter.scale has 2 values"),
     ("train", ["env.eval.subproc.step_timeout_s=0"], "env.eval.subproc.step_timeout_s: must be > 0"),
@@ -58,7 +59,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("train", ["actor.optim.lr=-1e-4"], "actor.optim.lr: must be >= 0"),
     ("train", ["actor.optim.value_lr=-1"], "actor.optim.value_lr: must be >= 0"),
     ("train", ["actor.optim.lr=0", "actor.optim.min_lr=0", "actor.model.add_value_head=false", "algorithm.adv_type=grpo",
-               "algorithm.group_size=2", "env.train.group_size=2", "env.train.use_fixed_reset_state_ids=true"],
+               "algorithm.group_size=2", "env.train.group_size=2"],
      "actor.optim.lr=0 freezes the policy and nothing else would train"),
     ("train", ["actor.optim.min_lr=1.0"], "actor.optim.min_lr=1.0 must be in [0, actor.optim.lr"),
     ("train", ["actor.optim.adam_beta1=1.0"], "adam_beta1/adam_beta2 must be in [0, 1)"),
@@ -76,11 +77,21 @@ CASES: list[tuple[str, list[str], str]] = [
     # model and checkpoint files
     ("train", ["actor.model.model_path=nowhere/model", "actor.model.create_preset=null"], "actor.model.model_path=nowhere/model: no checkpoint there"),
     ("train", ["actor.model.is_lora=true", "actor.model.lora_path=nowhere/adapters"], "actor.model.lora_path=nowhere/adapters: no adapter_config.json"),
+    # a checkpoint made elsewhere (by the fixture) at 56 px, where the config's preset is 64 px
+    ("train", [f"actor.model.model_path={EXISTING_56PX}"],
+     f"actor.model.create_preset: actor.model.model_path={EXISTING_56PX} holds a checkpoint that is not the tiny preset at 64 px"),
+    ("train", ["actor.model.create_preset.name=tiny7b"], "actor.model.create_preset.name='tiny7b' is not a preset"),
     ("train", ["actor.model.model_type=octo"], "actor.model.model_type"),
     ("train", ["runner.ckpt_path=nowhere/ckpt"], "runner.ckpt_path loads weights for evaluation only"),
     ("eval", ["runner.ckpt_path=nowhere/ckpt"], "runner.ckpt_path=nowhere/ckpt: no such directory"),
     ("train", ["runner.resume_dir=latest"], "runner.resume_dir=latest: no complete checkpoint"),
     ("eval", ["runner.resume_dir=latest"], "runner.resume_dir continues training"),
+    # demonstrations and SFT (maniskill_sft_tiny names demos/push_cube_64, absent here)
+    ("sft", [], "data.train_data_paths[0]: demos/push_cube_64: no such demo directory"),
+    ("sft", ["data.train_data_paths=[]"], "runner.paradigm=sft needs data.train_data_paths"),
+    ("sft", ["actor.global_batch_size=null"], "actor.global_batch_size: SFT needs a number of demo samples"),
+    ("train", ["data.train_data_paths=[demos/push_cube_64]"], "data.train_data_paths is read by SFT only"),
+    ("train", ["runner.paradigm=dagger"], "runner.paradigm: expected one of"),
     # runner, logger, typos
     ("train", ["runner.max_steps=0"], "runner.max_steps: must be >= 1"),
     ("train", ["runner.save_interval=0"], "runner.save_interval: must be >= 1, or -1"),
@@ -117,6 +128,9 @@ print(json.dumps(out))
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
     cwd = tmp_path_factory.mktemp("badcfg")
+    from embodied_rl.models.cli import make_model_main
+
+    assert make_model_main(["tiny", str(cwd / EXISTING_56PX), "--image-size", "56"]) == 0
     cases = [(cmd, [*args, f"runner.output_dir={cwd}/runs/{i}"]) for i, (cmd, args, _) in enumerate(CASES)]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("RAY_ADDRESS", None)

@@ -138,18 +138,28 @@ def test_rel_reward_and_reward_coef(holder):
 
 
 def test_groups_share_initial_states_and_groups_differ(holder):
-    grouped = vec(holder, use_fixed_reset_state_ids=True, group_size=2)
-    obs = grouped.reset()
-    assert grouped.reset_ids[0] == grouped.reset_ids[1]
-    np.testing.assert_array_equal(obs.main_images[0], obs.main_images[1])
-    separate = vec(holder, use_fixed_reset_state_ids=True, group_size=1)
+    for fixed in (False, True):  # group members share their ids either way
+        grouped = vec(holder, use_fixed_reset_state_ids=fixed, group_size=2)
+        obs = grouped.reset()
+        assert grouped.reset_ids[0] == grouped.reset_ids[1]
+        np.testing.assert_array_equal(obs.main_images[0], obs.main_images[1])
+    separate = vec(holder, group_size=1)
     obs = separate.reset()
     assert separate.reset_ids[0] != separate.reset_ids[1]
     assert not np.array_equal(obs.main_images[0], obs.main_images[1])
-    # a new epoch draws new ids
-    first = separate.reset_ids.copy()
-    separate.reset()
-    assert (separate.reset_ids != first).all()
+
+
+def test_fixed_reset_ids_repeat_every_epoch_fresh_ones_do_not(holder):
+    fresh, fixed = vec(holder), vec(holder, use_fixed_reset_state_ids=True)
+    firsts = []
+    for env in (fresh, fixed):
+        env.reset()
+        firsts.append(env.reset_ids.copy())
+        env.reset()
+    np.testing.assert_array_equal(firsts[0], firsts[1])  # fixed ids are the first epoch's draw
+    assert (fresh.reset_ids != firsts[0]).all()  # a new epoch draws new ids
+    np.testing.assert_array_equal(fixed.reset_ids, firsts[1])  # the same states every epoch
+    assert fixed.epoch == 1
 
 
 def test_set_reset_ids_for_eval(holder):

@@ -59,8 +59,9 @@ checked against the machine instead.
 **Checked before anything starts.** Every rule across keys (`embodied_rl/config/checks.py`:
 placement, env split over workers and stages, group sizes, batch divisibility, critic and
 value head, learning rates, precision and attention kernel, GPU-only options, model,
-checkpoint and adapter paths) runs in `print-config` and at the start of `train`/`eval`,
-before Ray, a model file or a run directory is created: one line naming the keys, exit 2.
+checkpoint and adapter paths, an existing checkpoint against `create_preset`) runs in
+`print-config` and at the start of `train`/`eval`, before Ray, a model file or a run
+directory is created: one line naming the keys, exit 2.
 """
 
 

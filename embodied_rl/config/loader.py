@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -197,17 +197,20 @@ def resolve(tree: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"{key}: {msg}") from err
 
 
-def validate(data: dict[str, Any], resources: Resources | None = None, *, plan: bool = True) -> RootConfig:
+def validate(data: dict[str, Any], resources: Resources | None = None, *, plan: bool = True,
+             skip: Collection[str] = ()) -> RootConfig:
     """Check a resolved tree against the schema, the simulator backends and every cross-key rule.
 
     With `plan` (the default), the sizes left null for derivation are filled from `resources`
     (default: the slots Ray will have, see config/resources.py) and the rules that need the
-    machine run too; `plan=False` is for reading a config on another machine (e.g. export)."""
+    machine run too; `plan=False` is for reading a config on another machine (e.g. export).
+    `skip` names rules (config/checks.py) a command does not depend on, e.g. `embodied-rl demos`
+    records the very demos the `sft_data` rule looks for."""
     cfg = build(RootConfig, data, "")
     for section in ENV_SECTIONS:
         env_cfg: EnvConfig = getattr(cfg.env, section)
         env_cfg.init_params = _validate_init_params(env_cfg, f"env.{section}")
-    checks.run_checks(cfg)
+    checks.run_checks(cfg, skip)
     if plan:
         run_plan = plan_run(cfg, resources or detect_resources(cfg.cluster))
         checks.run_plan_checks(cfg, run_plan)
@@ -240,9 +243,9 @@ def _validate_init_params(env_cfg: EnvConfig, path: str) -> dict[str, Any]:
 
 
 def load_config(name_or_path: str = DEFAULT_EXPERIMENT, overrides: Sequence[str] = (), *,
-                resources: Resources | None = None, plan: bool = True) -> RootConfig:
+                resources: Resources | None = None, plan: bool = True, skip: Collection[str] = ()) -> RootConfig:
     """Compose, resolve and validate an experiment config; raises ConfigError (one line)."""
-    return validate(resolve(compose(name_or_path, overrides)), resources, plan=plan)
+    return validate(resolve(compose(name_or_path, overrides)), resources, plan=plan, skip=skip)
 
 
 def config_from_dict(data: dict[str, Any], resources: Resources | None = None, *, plan: bool = True) -> RootConfig:

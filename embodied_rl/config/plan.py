@@ -5,8 +5,9 @@ keys left null for derivation and returns the process counts every worker group 
 
     env.<mode>.total_num_envs: null  ->  env processes x rollout.pipeline_stage_num x env.<mode>.group_size
                                          (one group of sub-envs per stage of every env worker)
-    actor.global_batch_size: null    ->  the whole rollout batch (one optimizer step per update epoch):
+    actor.global_batch_size: null    ->  RL: the whole rollout batch (one optimizer step per update epoch):
                                          env.train.total_num_envs x chunk steps x algorithm.rollout_epoch
+                                         (SFT needs it set: demo samples per optimizer step)
     actor.micro_batch_size: null     ->  each actor process's share of a minibatch (no accumulation):
                                          actor.global_batch_size / actor processes
 
@@ -54,7 +55,32 @@ def rollout_batch_size(cfg: RootConfig) -> int:
 
 
 def used_modes(cfg: RootConfig) -> tuple[str, ...]:
-    return ("eval",) if cfg.runner.only_eval else MODES
+    """The env configs a run steps: SFT learns from demonstrations, so it only evaluates."""
+    return ("eval",) if cfg.runner.only_eval or cfg.runner.paradigm == "sft" else MODES
+
+
+def components(cfg: RootConfig) -> tuple[str, ...]:
+    """The worker groups a run starts: evaluation only needs no actor."""
+    return ("env", "rollout") if cfg.runner.only_eval else ("env", "rollout", "actor")
+
+
+def evaluates_after(cfg: RootConfig, step: int) -> bool:
+    """Whether a training run evaluates on env.eval after global step `step` (0: before the
+    first, with runner.val_before_train): every val_check_interval steps and after the last."""
+    r = cfg.runner
+    if step == 0:
+        return r.val_before_train
+    return r.val_check_interval > 0 and (step % r.val_check_interval == 0 or step == r.max_steps)
+
+
+def saves_after(cfg: RootConfig, step: int) -> bool:
+    """Whether a training run checkpoints after global step `step` besides the final save."""
+    return cfg.runner.save_interval > 0 and step % cfg.runner.save_interval == 0
+
+
+def training_rl(cfg: RootConfig) -> bool:
+    """Whether the run trains with RL (not evaluation only, not SFT)."""
+    return not cfg.runner.only_eval and cfg.runner.paradigm == "rl"
 
 
 def plan_run(cfg: RootConfig, resources: Resources) -> RunPlan:
@@ -64,18 +90,19 @@ def plan_run(cfg: RootConfig, resources: Resources) -> RunPlan:
         slots_per_node=resources.slots_per_node, accelerator=resources.accelerator,
     )
     plan = RunPlan(resources, placement)
-    for component in ("env", "rollout") if cfg.runner.only_eval else ("env", "rollout", "actor"):
+    for component in components(cfg):
         plan.placement[component]  # a missing component is a one-line error naming the key
     for mode in MODES:
         env_cfg = getattr(cfg.env, mode)
         if env_cfg.total_num_envs is None:
             env_cfg.total_num_envs = plan.env_workers * cfg.rollout.pipeline_stage_num * env_cfg.group_size
     a = cfg.actor
-    if a.global_batch_size is None and cfg.env.train.total_num_envs > 0:
+    if a.global_batch_size is None and cfg.runner.paradigm == "rl" and cfg.env.train.total_num_envs > 0:
         a.global_batch_size = rollout_batch_size(cfg)
     if a.micro_batch_size is None and "actor" in placement and a.global_batch_size is not None:
         a.micro_batch_size = max(1, a.global_batch_size // plan.actor_world_size)
     return plan
 
 
-__all__ = ["RunPlan", "chunk_steps_per_epoch", "plan_run", "rollout_batch_size", "used_modes"]
+__all__ = ["RunPlan", "chunk_steps_per_epoch", "components", "evaluates_after", "plan_run", "rollout_batch_size",
+           "saves_after", "training_rl", "used_modes"]

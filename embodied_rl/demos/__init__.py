@@ -6,9 +6,10 @@ Heavy pieces (simulator, h5py) are imported by the functions that need them.
 from embodied_rl.demos.manifest import DemoError, DemoManifest
 from embodied_rl.demos.reader import (
     DemoChunks,
+    check_demos_for,
     load_demos,
     load_demos_for,
     read_manifest,
 )
 
-__all__ = ["DemoChunks", "DemoError", "DemoManifest", "load_demos", "load_demos_for", "read_manifest"]
+__all__ = ["DemoChunks", "DemoError", "check_demos_for", "DemoManifest", "load_demos", "load_demos_for", "read_manifest"]

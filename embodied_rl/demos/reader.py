@@ -57,10 +57,11 @@ def _expect(file: Path, what: str, got, want) -> None:
         raise DemoError(f"{file}: demos have {what} {got}, expected {want}")
 
 
-def load_demos(path: str | Path, *, chunk_len: int, action_dim: int | None = None, task_id: str | None = None,
-               image_size: tuple[int, int] | None = None, control_mode: str | None = None,
-               state_dim: int | None = None) -> DemoChunks:
-    """Read and check a directory written by `embodied-rl demos`; `None` skips a check."""
+def check_demos(path: str | Path, *, chunk_len: int, action_dim: int | None = None, task_id: str | None = None,
+                image_size: tuple[int, int] | None = None, control_mode: str | None = None,
+                state_dim: int | None = None) -> DemoManifest:
+    """Check a demo directory's manifest against what its reader expects (`None` skips a check);
+    reads no episode data, so the config checks run it before anything starts."""
     root = Path(path)
     manifest = read_manifest(root)
     file = root / MANIFEST
@@ -70,24 +71,40 @@ def load_demos(path: str | Path, *, chunk_len: int, action_dim: int | None = Non
     _expect(file, "action_dim", manifest.action_dim, action_dim)
     _expect(file, "chunk length (num_action_chunks)", manifest.num_action_chunks, chunk_len)
     _expect(file, "state dim", manifest.state_dim, state_dim)
-    if not (root / TRAJECTORY_JSON).is_file():
-        raise DemoError(f"{root / TRAJECTORY_JSON}: missing")
-    episodes = _read_episodes(root / TRAJECTORY_H5, manifest)
+    for name in (TRAJECTORY_JSON, TRAJECTORY_H5):
+        if not (root / name).is_file():
+            raise DemoError(f"{root / name}: missing")
+    return manifest
+
+
+def load_demos(path: str | Path, *, chunk_len: int, images: bool = True, **expect) -> DemoChunks:
+    """Read and check a directory written by `embodied-rl demos` (`expect`: see `check_demos`).
+    images=False skips the cameras (their arrays are then empty), e.g. for action statistics."""
+    manifest = check_demos(path, chunk_len=chunk_len, **expect)
+    episodes = _read_episodes(Path(path) / TRAJECTORY_H5, manifest, images)
     return _chunk(episodes, manifest, chunk_len)
 
 
-def load_demos_for(cfg, path: str | Path) -> DemoChunks:
-    """`load_demos` checked against an experiment config (`env.train` and `actor.model`)."""
+def _expectations(cfg) -> dict:
+    """What an experiment config (`env.train`, `actor.model`) expects of its demos."""
     from embodied_rl.envs.maniskill.params import ManiSkillParams
 
     params = cfg.env.train.init_params
     params = params if isinstance(params, ManiSkillParams) else ManiSkillParams(**params)
     model = cfg.actor.model
-    return load_demos(
-        path, chunk_len=model.num_action_chunks, action_dim=model.action_dim, task_id=params.id,
-        image_size=(params.camera_heights, params.camera_widths), control_mode=params.control_mode,
-        state_dim=model.proprio_dim if model.use_proprio else None,
-    )
+    return dict(chunk_len=model.num_action_chunks, action_dim=model.action_dim, task_id=params.id,
+                image_size=(params.camera_heights, params.camera_widths), control_mode=params.control_mode,
+                state_dim=model.proprio_dim if model.use_proprio else None)
+
+
+def check_demos_for(cfg, path: str | Path) -> DemoManifest:
+    """`check_demos` against an experiment config."""
+    return check_demos(path, **_expectations(cfg))
+
+
+def load_demos_for(cfg, path: str | Path, *, images: bool = True) -> DemoChunks:
+    """`load_demos` checked against an experiment config (`env.train` and `actor.model`)."""
+    return load_demos(path, images=images, **_expectations(cfg))
 
 
 @dataclass
@@ -98,7 +115,7 @@ class _Episode:
     actions: np.ndarray
 
 
-def _read_episodes(file: Path, manifest: DemoManifest) -> list[_Episode]:
+def _read_episodes(file: Path, manifest: DemoManifest, images: bool = True) -> list[_Episode]:
     import h5py
 
     if not file.is_file():
@@ -113,16 +130,19 @@ def _read_episodes(file: Path, manifest: DemoManifest) -> list[_Episode]:
                 if name not in h5:
                     raise DemoError(f"{file}: {name} is missing (the manifest lists {manifest.num_demos} episodes)")
                 g = h5[name]
+                def camera(name: str) -> np.ndarray:
+                    return g[f"obs/sensor_data/{name}/rgb"][:t] if images else np.zeros((t, 0, 0, 3), np.uint8)
+
                 ep = _Episode(
-                    main=g[f"obs/sensor_data/{main_cam}/rgb"][:t],
-                    wrist=g[f"obs/sensor_data/{wrist_cam}/rgb"][:t] if wrist_cam else None,
+                    main=camera(main_cam),
+                    wrist=camera(wrist_cam) if wrist_cam else None,
                     states=g["obs/state"][:t],
                     actions=g["policy_actions"][:],
                 )
                 shapes = {"policy_actions": (ep.actions.shape, (t, manifest.action_dim)),
                           "obs/state": (ep.states.shape, (t, manifest.state_dim)),
-                          "main camera": (ep.main.shape, (t, h, w, 3))}
-                if ep.wrist is not None:
+                          "main camera": (ep.main.shape, (t, h, w, 3) if images else (t, 0, 0, 3))}
+                if ep.wrist is not None and images:
                     shapes["wrist camera"] = (ep.wrist.shape, (t, h, w, 3))
                 for what, (got, want) in shapes.items():
                     if tuple(got) != want:

@@ -12,9 +12,10 @@ Choices (documented in docs/CONFIG.md as well):
   chunk's last index); `done_mask` says whether any step of the chunk ended an episode.
 - Reset ids: episode k (counted from the last `reset()`) of group g in rollout epoch e (the
   number of `reset()` calls) uses the id drawn by `default_rng([seed, seed_offset, e, g, k])`:
-  reproducible across runs and independent of the order in which sub-envs finish. With
-  `use_fixed_reset_state_ids` a group is `group_size` consecutive sub-envs sharing ids;
-  without, every sub-env is its own group (group_size must then be 1).
+  reproducible across runs and independent of the order in which sub-envs finish. A group is
+  `group_size` consecutive sub-envs; its members always share ids (GRPO compares them). With
+  `use_fixed_reset_state_ids` every epoch draws as epoch 0, so each rollout epoch (or
+  evaluation) starts from the same states; without, every epoch starts from fresh ones.
 - `use_rel_reward` pays r_t - r_{t-1} within an episode (r_{-1} = 0), after `reward_coef`.
 - A sub-env whose process crashed or hung ends its episode as a failure (terminated, not a
   success, `EpisodeSummary.failed`).
@@ -34,6 +35,8 @@ from embodied_rl.envs.metrics import episode_metrics
 from embodied_rl.errors import ConfigError
 
 _MAX_SEED = 2**31 - 1
+# use_fixed_reset_state_ids: every epoch draws the ids of the first one.
+FIXED_EPOCH = 0
 
 
 def _set_rows(dst: EnvObservation, rows: np.ndarray, src: EnvObservation) -> None:
@@ -64,8 +67,9 @@ class ChunkedVectorEnv:
         self.seed_offset = seed_offset
         self.adapter = ActionAdapter(cfg.action_adapter, backend.action_dim)
         self.recorder = recorder
-        self._group = np.arange(n) // cfg.group_size if cfg.use_fixed_reset_state_ids else np.arange(n)
+        self._group = np.arange(n) // cfg.group_size
         self._epoch = -1
+        self._fixed_epoch = FIXED_EPOCH
         self._explicit_ids: np.ndarray | None = None
         self.reset_ids = np.zeros(n, np.int64)
         self._episode_k = np.zeros(n, np.int64)  # episode index since the last reset()
@@ -87,8 +91,6 @@ class ChunkedVectorEnv:
             raise ConfigError(f"{key}.max_episode_steps: must be >= 1, got {cfg.max_episode_steps}")
         if cfg.group_size < 1:
             raise ConfigError(f"{key}.group_size: must be >= 1, got {cfg.group_size}")
-        if cfg.group_size > 1 and not cfg.use_fixed_reset_state_ids:
-            raise ConfigError(f"{key}.group_size={cfg.group_size} needs {key}.use_fixed_reset_state_ids=true (group members share reset ids)")
         if not math.isfinite(cfg.reward_coef):
             raise ConfigError(f"{key}.reward_coef: must be a finite number, got {cfg.reward_coef}")
         if n is not None and n % cfg.group_size:
@@ -100,7 +102,8 @@ class ChunkedVectorEnv:
     # ------------------------------------------------------------------ reset ids
     def draw_reset_id(self, env_index: int, episode_k: int) -> int:
         """Reset id of episode `episode_k` of this sub-env's group in the current epoch."""
-        rng = np.random.default_rng([self.cfg.seed, self.seed_offset, self._epoch, int(self._group[env_index]), episode_k])
+        epoch = self._fixed_epoch if self.cfg.use_fixed_reset_state_ids else self._epoch
+        rng = np.random.default_rng([self.cfg.seed, self.seed_offset, epoch, int(self._group[env_index]), episode_k])
         bound = self.backend.num_reset_ids() or _MAX_SEED
         return int(rng.integers(0, bound))
 
@@ -122,7 +125,7 @@ class ChunkedVectorEnv:
 
     @property
     def epoch(self) -> int:
-        """Index of the current rollout epoch (reset() calls - 1); part of every reset id's seed."""
+        """Index of the current rollout epoch (reset() calls - 1); part of the reset ids' seed unless they are fixed."""
         return self._epoch
 
     @epoch.setter
@@ -130,9 +133,14 @@ class ChunkedVectorEnv:
         self._epoch = int(value)
 
     # ------------------------------------------------------------------ episodes
-    def reset(self) -> EnvObservation:
-        """Start a new rollout epoch: every sub-env begins a fresh episode."""
+    def reset(self, fixed_epoch: int = FIXED_EPOCH) -> EnvObservation:
+        """Start a new rollout epoch: every sub-env begins a fresh episode.
+
+        fixed_epoch: with use_fixed_reset_state_ids, the epoch the ids are drawn as: the k-th
+        rollout epoch of every evaluation passes k, so an evaluation of several epochs covers
+        distinct states and every evaluation covers the same ones."""
         self._epoch += 1
+        self._fixed_epoch = fixed_epoch
         self._episode_k[:] = 0
         if self._explicit_ids is not None:
             ids = self._explicit_ids.copy()

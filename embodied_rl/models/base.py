@@ -86,6 +86,11 @@ class BasePolicy(nn.Module):
     def load_trainable_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
         """Inverse of trainable_state_dict (exact key set; a mismatch is an error)."""
 
+    def set_dataset_statistics(self, stats: dict[str, Any]) -> None:
+        """Use these action/proprio normalisation statistics (one `dataset_statistics` entry)
+        from now on, in predictions, training targets and saved checkpoints."""
+        raise NotImplementedError(f"{type(self).__name__} has no dataset statistics to replace")
+
     def reference_view(self) -> Callable[[], AbstractContextManager[None]] | None:
         """The KL reference without a second model: a factory of contexts inside which forward
         passes score as the policy does now (call it before any weight update), or None when

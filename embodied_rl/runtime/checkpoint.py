@@ -45,6 +45,8 @@ FORMAT = 1
 CKPT_DIR, LATEST, META, CONFIG, RUNNER_STATE, ACTOR_DIR = "checkpoints", "latest", "meta.json", "config.yaml", "runner_state.pt", "actor"
 #: Files of the actor part (written by ActorWorker.save_checkpoint on rank 0).
 ACTOR_WEIGHTS, ACTOR_OPTIM, ACTOR_STATE = "trainable.safetensors", "optimizer.pt", "actor_state.pt"
+#: The policy's normalisation statistics when the run replaced the model's (SFT), official format.
+STATISTICS = "dataset_statistics.json"
 
 
 class CheckpointError(UserError):
@@ -104,6 +106,16 @@ def write_runner_state(ckpt_dir: str | Path, *, global_step: int, weight_version
         json.dump(meta, f)
         f.flush()
         os.fsync(f.fileno())
+
+
+def write_dataset_statistics(ckpt_dir: str | Path, stats: dict[str, Any]) -> None:
+    (Path(ckpt_dir) / STATISTICS).write_text(json.dumps(stats, indent=2))
+
+
+def read_dataset_statistics(ckpt_dir: str | Path) -> dict[str, Any] | None:
+    """The statistics a checkpoint's policy acts with, when they are not its base model's (SFT)."""
+    path = Path(ckpt_dir) / STATISTICS
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
@@ -198,13 +210,17 @@ def export_policy(ckpt_dir: str | Path, model_cfg, out_dir: str | Path, *, merge
         raise CheckpointError(f"{ckpt_dir}: no {ACTOR_DIR}/{ACTOR_WEIGHTS}; pass a checkpoints/global_step_N directory of a training run")
     policy = build_policy(model_cfg, device="cpu", dtype=torch.float32)
     policy.load_trainable_state_dict(load_file(str(weights)))
+    stats = read_dataset_statistics(ckpt_dir)
+    if stats is not None:
+        policy.set_dataset_statistics(stats)
     out = Path(out_dir)
     (policy.export_merged if merged else policy.save_checkpoint)(out)
     return out
 
 
-def load_trainable_weights(path: str, run_dir: str | Path) -> tuple[dict[str, torch.Tensor], int]:
-    """`runner.ckpt_path` -> (trainable tensors, weight version) of a training checkpoint.
+def load_trainable_weights(path: str, run_dir: str | Path) -> tuple[dict[str, torch.Tensor], int, dict[str, Any] | None]:
+    """`runner.ckpt_path` -> (trainable tensors, weight version, dataset statistics or None) of a
+    training checkpoint.
 
     Accepts what resume_dir accepts: a checkpoints/global_step_N directory, a run directory, 'latest'."""
     from safetensors.torch import load_file
@@ -214,4 +230,4 @@ def load_trainable_weights(path: str, run_dir: str | Path) -> tuple[dict[str, to
     if not weights.is_file():
         raise CheckpointError(f"runner.ckpt_path={path}: {weights} is missing; pass a checkpoint written by embodied-rl train")
     meta = json.loads((d / META).read_text())
-    return load_file(str(weights)), max(1, int(meta["weight_version"]))
+    return load_file(str(weights)), max(1, int(meta["weight_version"])), read_dataset_statistics(d)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import ray
 
-from embodied_rl.config.plan import RunPlan, plan_run, used_modes
+from embodied_rl.config.plan import RunPlan, plan_run, training_rl, used_modes
 from embodied_rl.config.resources import detect_resources
 from embodied_rl.config.schema import RootConfig
 from embodied_rl.runtime.channel import Channel
@@ -89,7 +89,7 @@ def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs
 
 def needs_reference(cfg: RootConfig) -> bool:
     """KL to the reference policy (reward shaping or loss term) needs its log-probs at rollout."""
-    return not cfg.runner.only_eval and (cfg.algorithm.kl_beta > 0 or cfg.algorithm.use_kl_loss)
+    return training_rl(cfg) and (cfg.algorithm.kl_beta > 0 or cfg.algorithm.use_kl_loss)
 
 
 def _wiring(cfg: RootConfig, run_id: str) -> ChannelWiring:

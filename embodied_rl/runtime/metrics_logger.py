@@ -4,7 +4,8 @@
 written as null so every line is strict JSON) is always written: `embodied-rl review`
 reads it. `runner.logger.logger_backends` adds sinks:
 
-    console      a grouped table per step
+    console      a grouped table per step (every evaluation and the last step; others at most
+                 every CONSOLE_TABLE_S seconds)
     tensorboard  SummaryWriter in <run_dir>/tensorboard
     wandb        <run_dir>/wandb; offline unless WANDB_MODE is set, or an API key is
                  configured (WANDB_API_KEY or a netrc login for the wandb host): it never prompts
@@ -28,8 +29,9 @@ from urllib.parse import urlparse
 
 from embodied_rl.errors import ConfigError
 
-METRIC_PREFIXES = ("env/", "eval/", "rollout/", "train/actor/", "train/critic/", "time/")
+METRIC_PREFIXES = ("env/", "eval/", "rollout/", "train/actor/", "train/critic/", "train/sft/", "time/")
 BACKENDS = ("console", "tensorboard", "wandb")
+CONSOLE_TABLE_S = 10.0
 METRICS_FILE = "metrics.jsonl"
 #: Shown on the progress bar, first one present wins.
 SUCCESS_KEYS = ("env/success_once", "env/success_at_end", "eval/success_once")
@@ -84,6 +86,7 @@ class MetricsLogger:
         self._t0 = time.monotonic()
         self._success: float | None = None
         self._logged = 0  # log() calls so far
+        self._last_table = -math.inf
 
     # ---- sinks -------------------------------------------------------------------------
     def _open_jsonl(self, start_step: int) -> TextIO:
@@ -113,7 +116,9 @@ class MetricsLogger:
         return tqdm(total=self.total_steps, initial=self.start_step, desc="train", unit="step", file=self.stream, dynamic_ncols=True)
 
     # ---- logging -----------------------------------------------------------------------
-    def log(self, step: int, metrics: dict[str, Any]) -> None:
+    def log(self, step: int, metrics: dict[str, Any], *, counts: bool = True) -> None:
+        """Write one row; counts=False for a row that is not a step of the run's progress
+        (the evaluation before training)."""
         bad = [k for k in metrics if not k.startswith(METRIC_PREFIXES)]
         if bad:
             raise ValueError(f"metric names {bad} lack a known prefix; use one of {', '.join(METRIC_PREFIXES)}")
@@ -127,9 +132,21 @@ class MetricsLogger:
         if self._wandb is not None:
             self._wandb.log(finite, step=step)
         self._success = next((values[k] for k in SUCCESS_KEYS if values.get(k) is not None), self._success)
-        if "console" in self.backends:
+        if "console" in self.backends and self._table_due(step, values):
             self._write(self.format_table(step, values))
-        self._progress(step)
+            self._last_table = time.monotonic()
+        if counts:
+            self._progress(step)
+
+    def note(self, text: str) -> None:
+        """A line for the reader of the console (e.g. the run's result), whatever the sinks."""
+        self._write(text)
+
+    def _table_due(self, step: int, values: dict[str, float | None]) -> bool:
+        """The console shows every evaluation and the last step, other steps at most every
+        CONSOLE_TABLE_S seconds (SFT runs hundreds of sub-second steps; RL steps take longer)."""
+        return (any(k.startswith("eval/") for k in values) or step >= self.total_steps
+                or time.monotonic() - self._last_table >= CONSOLE_TABLE_S)
 
     def _progress(self, step: int) -> None:
         # Progress counts log() calls, not step numbers: an eval-only run logs its one result

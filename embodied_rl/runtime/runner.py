@@ -7,10 +7,15 @@ One training step:  rollout (env ∥ rollout workers, `rollout_epoch` times)
 Every rollout epoch starts fresh episodes from seeded reset ids, so a checkpoint taken between
 steps holds everything a resumed run needs (weights, optimizer, scheduler, RNG streams, reward
 statistics): the continued run matches an uninterrupted one.
+
+SFT (runner.paradigm=sft) runs the same loop with one step = one optimizer step of the actor
+on demonstration samples it holds itself; weights reach the rollout workers before each
+evaluation. Checkpoints, resume, evaluation and logging are shared.
 """
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import threading
 import time
@@ -21,7 +26,7 @@ import ray
 
 from embodied_rl.algorithms import RunningRewardStats, compute_advantages
 from embodied_rl.config.loader import to_yaml
-from embodied_rl.config.plan import chunk_steps_per_epoch
+from embodied_rl.config.plan import chunk_steps_per_epoch, components, evaluates_after, saves_after
 from embodied_rl.config.schema import RootConfig
 from embodied_rl.envs.metrics import merge_metrics
 from embodied_rl.runtime import checkpoint as ckpt
@@ -41,6 +46,11 @@ class EmbodiedRunner:
         self.global_step = 0
         self.version = 0
         self.reward_stats = RunningRewardStats() if cfg.algorithm.reward_norm == "running" else None
+        self.sft = cfg.runner.paradigm == "sft" and not cfg.runner.only_eval
+        # Normalisation statistics that replace the model's: SFT's (from its demos), or those
+        # of the SFT checkpoint an eval loads. None: the model's own.
+        self.dataset_statistics: dict | None = None
+        self._rollout_stale = False
         self.groups: Groups | None = None
 
     # ------------------------------------------------------------------ set-up
@@ -48,7 +58,13 @@ class EmbodiedRunner:
         cfg = self.cfg
         seed_everything(cfg.runner.seed)
         video_dirs = {"train": cfg.env.train.video_cfg.video_base_dir, "eval": cfg.env.eval.video_cfg.video_base_dir}
-        self.groups = build_groups(cfg, with_actor=not cfg.runner.only_eval, run_name=self.run_name, video_dirs=video_dirs)
+        self.groups = build_groups(cfg, with_actor="actor" in components(cfg), run_name=self.run_name, video_dirs=video_dirs)
+        if self.sft:
+            from embodied_rl.demos.sft_data import sft_statistics
+
+            self._use_statistics(sft_statistics(cfg))
+            n = self.groups.actor.run("setup_sft", self.dataset_statistics)[0]
+            log.info("SFT on %d demo samples from %s", n, ", ".join(cfg.data.train_data_paths))
         if cfg.runner.resume_dir:
             self._resume(cfg.runner.resume_dir)
         elif cfg.runner.ckpt_path:
@@ -72,34 +88,42 @@ class EmbodiedRunner:
 
     def _load_weights(self, path: str) -> None:
         """runner.ckpt_path (eval only): the trainable weights of a training checkpoint."""
-        sd, version = ckpt.load_trainable_weights(path, self.run_dir)
+        sd, version, stats = ckpt.load_trainable_weights(path, self.run_dir)
+        if stats is not None:
+            self._use_statistics(stats)
         self.version = version
         self.groups.rollout.run("update_weights", sd, version)
 
+    def _use_statistics(self, stats: dict) -> None:
+        self.dataset_statistics = stats
+        self.groups.rollout.run("set_dataset_statistics", stats)
+
     # ------------------------------------------------------------------ phases
-    def rollout(self, mode: str, reset_ids: list[int] | None = None) -> tuple[Trajectory | None, dict[str, float]]:
+    def rollout(self, mode: str, reset_ids: list[int] | None = None, *, fixed_epoch: int = 0, video: bool = True
+                ) -> tuple[Trajectory | None, list[dict[str, float]], dict[str, float]]:
         """One rollout epoch on env.<mode>: env workers step while rollout workers infer.
 
-        Videos are filed under the step the metrics use: a training rollout belongs to the step
-        it is collected for (global_step + 1), an evaluation to the step just finished."""
+        Returns the trajectory (train only), each env worker's episode metrics and the rollout
+        workers' time/* metrics. Videos are filed under the step the metrics use: a training
+        rollout belongs to the step it is collected for (global_step + 1), an evaluation to the
+        step just finished."""
         g, steps = self.groups, chunk_steps_per_epoch(self.cfg, mode)
         video_step = self.global_step + 1 if mode == "train" else self.global_step
         env_refs = g.env.call("interact", steps, mode, global_step=video_step, checkpoint_step=self.version,
-                              reset_ids=reset_ids)
+                              reset_ids=reset_ids, fixed_epoch=fixed_epoch, video=video)
         roll_refs = g.rollout.call("generate", steps, mode)
         env_out, roll_out = g.env.gather(env_refs), g.rollout.gather(roll_refs)
-        metrics = _merge_env_metrics(env_out, prefix="env" if mode == "train" else "eval")
-        for key in roll_out[0][1]:
-            metrics[key] = max(r[1][key] for r in roll_out)  # wall time of the slowest worker
+        times = {key: max(r[1][key] for r in roll_out) for key in roll_out[0][1]}  # the slowest worker's
         traj = concat_trajectories([r[0] for r in roll_out]) if mode == "train" else None
-        return traj, metrics
+        return traj, env_out, times
 
     def train_step(self) -> dict[str, float]:
         cfg, times, metrics = self.cfg, {}, {}
         t0 = time.perf_counter()
         trajs = []
         for _ in range(cfg.algorithm.rollout_epoch):
-            traj, m = self.rollout("train")
+            traj, env_out, roll_times = self.rollout("train")
+            m = {**_merge_env_metrics(env_out, prefix="env"), **roll_times}
             trajs.append(traj)
             for k, v in m.items():
                 metrics[k] = metrics.get(k, 0.0) + v / cfg.algorithm.rollout_epoch
@@ -126,6 +150,13 @@ class EmbodiedRunner:
             times["time/rollout_utilisation"] = infer / times["time/rollout_s"]
         return {**metrics, **train_metrics, **times}
 
+    def sft_step(self) -> dict[str, float]:
+        t0 = time.perf_counter()
+        metrics = self.groups.actor.run("sft_step")[0]
+        self._rollout_stale = True
+        metrics["time/train_s"] = metrics["time/step_s"] = time.perf_counter() - t0
+        return metrics
+
     def _sync_weights(self) -> None:
         results = self.groups.actor.run("get_trainable_state_dict")
         sd, version = results[0]
@@ -133,37 +164,61 @@ class EmbodiedRunner:
         self.version = version
 
     def evaluate(self) -> dict[str, float]:
+        if self._rollout_stale:  # SFT steps do not sync: the rollout workers get the weights when they act
+            self._sync_weights()
+            self._rollout_stale = False
         t0 = time.perf_counter()
-        _, metrics = self.rollout("eval", self._eval_reset_ids())
+        epochs = self.cfg.algorithm.eval_rollout_epoch
+        ids = self._eval_reset_ids(epochs)
+        parts, times = [], {}
+        for k in range(epochs):
+            _, env_out, roll_times = self.rollout("eval", ids[k] if ids else None, fixed_epoch=k, video=k == 0)
+            parts += env_out
+            times = {key: times.get(key, 0.0) + v for key, v in roll_times.items()}
+        metrics = {**_merge_env_metrics(parts, prefix="eval"), **times}
         metrics["time/eval_s"] = time.perf_counter() - t0
         return metrics
 
-    def _eval_reset_ids(self) -> list[int] | None:
-        """Evaluation states spread evenly over all initial states (LIBERO: every task), the same
-        for every evaluation; None where states are unbounded (seeds): the env's seeded stream."""
+    def _eval_reset_ids(self, epochs: int) -> list[list[int]] | None:
+        """With use_fixed_reset_state_ids, every evaluation starts from states spread evenly over
+        all initial states (LIBERO: every task), one slice per eval rollout epoch. None: the env
+        draws ids from its seeded stream, fresh ones per evaluation, or where states are unbounded
+        (seeds) the same ones (fixed)."""
         env_cfg = self.cfg.env.eval
         if not env_cfg.use_fixed_reset_state_ids:
             return None
         num_states = self.groups.env.run("num_reset_ids", "eval")[0]
         if num_states is None:
             return None
-        return spread_reset_ids(num_states, env_cfg.total_num_envs, env_cfg.group_size)
+        n = env_cfg.total_num_envs
+        ids = spread_reset_ids(num_states, n * epochs, env_cfg.group_size)
+        return [ids[k * n:(k + 1) * n] for k in range(epochs)]
 
     # ------------------------------------------------------------------ loops
     def train(self) -> int:
         cfg = self.cfg.runner
         with MetricsLogger(cfg.logger, self.run_dir, total_steps=cfg.max_steps, start_step=self.global_step,
                            config=_plain(self.cfg)) as logger, GracefulStop() as stop:
+            step = self.sft_step if self.sft else self.train_step
+            evaluations: list[tuple[int, dict[str, float]]] = []
+            if self.global_step == 0 and evaluates_after(self.cfg, 0):
+                evaluations.append((0, self.evaluate()))
+                logger.log(0, evaluations[-1][1], counts=False)
             while self.global_step < cfg.max_steps and not stop.requested:
-                metrics = self.train_step()
+                metrics = step()
                 self.global_step += 1
-                if cfg.val_check_interval > 0 and self.global_step % cfg.val_check_interval == 0:
-                    metrics.update(self.evaluate())
+                if evaluates_after(self.cfg, self.global_step):
+                    evaluations.append((self.global_step, self.evaluate()))
+                    metrics.update(evaluations[-1][1])
                 logger.log(self.global_step, metrics)
-                if cfg.save_interval > 0 and self.global_step % cfg.save_interval == 0:
+                if saves_after(self.cfg, self.global_step):
                     self.save()
+            if len(evaluations) > 1:
+                logger.note(_eval_change(evaluations[0], evaluations[-1]))
             if self.global_step > 0:
-                self.save()
+                path = self.save()
+                if self.sft:
+                    log.info("SFT done; start RL from it with `embodied-rl export %s DIR` and actor.model.model_path=DIR", path)
             if stop.requested:
                 log.warning("stopped by Ctrl-C after global step %d; resume with runner.resume_dir=latest", self.global_step)
                 return 130
@@ -182,6 +237,8 @@ class EmbodiedRunner:
             extra["reward_stats"] = self.reward_stats.state_dict()
         with ckpt.checkpoint_writer(self.run_dir, self.global_step) as tmp:
             self.groups.actor.run("save_checkpoint", str(ckpt.actor_dir(tmp)))
+            if self.dataset_statistics is not None:
+                ckpt.write_dataset_statistics(tmp, self.dataset_statistics)
             ckpt.write_runner_state(tmp, global_step=self.global_step, weight_version=self.version,
                                     config_yaml=to_yaml(self.cfg), extra=extra)
         path = ckpt.latest_checkpoint(self.run_dir)
@@ -241,6 +298,15 @@ def spread_reset_ids(num_states: int, num_envs: int, group_size: int = 1) -> lis
     With LIBERO's r = 50 * task + init_state, N groups over T tasks cover every task equally."""
     groups = num_envs // group_size
     return [(g * num_states) // groups for g in range(groups) for _ in range(group_size)]
+
+
+def _eval_change(first: tuple[int, dict[str, float]], last: tuple[int, dict[str, float]]) -> str:
+    """One line comparing two evaluations' held-out success (the run's result at a glance)."""
+    (s0, m0), (s1, m1) = first, last
+    a, b = m0.get("eval/success_once", math.nan), m1.get("eval/success_once", math.nan)
+    n0, n1 = int(m0.get("eval/num_trajectories", 0)), int(m1.get("eval/num_trajectories", 0))
+    return (f"eval success: {a:.3f} at step {s0} ({n0} episodes) -> {b:.3f} at step {s1} ({n1} episodes): "
+            f"{100 * (b - a):+.1f} points")
 
 
 def _merge_env_metrics(parts: list[dict[str, float]], prefix: str) -> dict[str, float]:

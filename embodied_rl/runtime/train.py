@@ -23,6 +23,7 @@ def ensure_model(cfg: RootConfig) -> None:
         print(f"creating the {preset.name} preset at {path} (actor.model.create_preset)", file=sys.stderr)
         make_model_main([preset.name, path, "--image-size", str(preset.image_size),
                          "--num-images", str(m.num_images_in_input), "--action-dim", str(m.action_dim),
+                         "--proprio-dim", str(m.proprio_dim),
                          "--seed", str(cfg.runner.seed)])
 
 

@@ -6,6 +6,7 @@ process per rank. Lifecycle, driven by the runner:
     addr, port = rank0.get_master_address()            # rank 0's host and a free port
     all ranks:  setup(addr, port)                      # process group, policy, FSDP2, AdamW, LR schedule
     per step:   train_step(batch) -> metrics           # collective; batch contract in actor_batch.py
+    SFT:        setup_sft(stats) once, then sft_step() -> metrics per step (demos read by each rank)
                 get_trainable_state_dict() -> (sd | None, version)   # collective; sd on rank 0 only
                 offload() / onload()                   # collocated GPU layouts (actor.enable_offload)
     save_checkpoint(dir) / load_checkpoint(dir)        # collective; rank 0 writes/reads the files
@@ -26,6 +27,7 @@ from safetensors.torch import load_file, save_file
 from torch.distributed.tensor import DTensor
 
 from embodied_rl.algorithms import compute_actor_critic_loss
+from embodied_rl.algorithms.sft import sft_loss
 from embodied_rl.models import build_policy
 from embodied_rl.runtime import fsdp
 from embodied_rl.runtime.checkpoint import ACTOR_OPTIM as OPTIM_FILE
@@ -58,6 +60,7 @@ class ActorWorker:
         self.policy = self.optimizer = self.scheduler = None
         self.device = torch.device("cpu")
         self._offloaded = False
+        self.sft_samples = self.sft_sampler = None
 
     # ---- set-up ------------------------------------------------------------------------
     def get_master_address(self) -> tuple[str, int]:
@@ -119,6 +122,46 @@ class ActorWorker:
         out["train/actor/optimizer_steps"] = float(n_steps)
         for group, lr in zip(self.optimizer.param_groups, lrs):
             out["train/critic/lr" if group["name"] == "value_head" else "train/actor/lr"] = lr
+        return out
+
+    def setup_sft(self, stats: dict) -> int:
+        """Adopt the SFT statistics and tokenise the demos (every rank reads them itself, so
+        no sample passes through the driver); returns the number of samples."""
+        from embodied_rl.demos.sft_data import EpochSampler, build_samples, load_sft_demos
+
+        self._require_setup()
+        self.policy.set_dataset_statistics(stats)
+        self.sft_samples = build_samples(self.policy, load_sft_demos(self.cfg))
+        self.sft_sampler = EpochSampler(len(self.sft_samples), self._shuffle)
+        return len(self.sft_samples)
+
+    def sft_step(self) -> dict[str, float]:
+        """One optimizer step on `actor.global_batch_size` demo samples (this rank: its slice),
+        then one LR-scheduler step. Returns metrics averaged over all ranks."""
+        if self.sft_samples is None:
+            raise RuntimeError("ActorWorker.setup_sft(stats) must run before sft_step")
+        self.onload()
+        a = self.cfg.actor
+        per_rank = a.global_batch_size // self.world_size
+        mine = self.sft_sampler.next(a.global_batch_size)[self.rank * per_rank:(self.rank + 1) * per_rank]
+        micros = [mine[i:i + a.micro_batch_size] for i in range(0, per_rank, a.micro_batch_size)]
+        lr = next(g["lr"] for g in self.optimizer.param_groups if g["name"] != "value_head")
+        sums: dict[str, float] = {}
+        for idx in micros:
+            inputs, tokens, mask = self.sft_samples.select(idx)
+            out = self.policy.evaluate_actions(_to_device(inputs, self.device), tokens.to(self.device),
+                                               temperature=1.0, top_k=0, compute_values=False)
+            loss, metrics = sft_loss(out["logprobs"].float(), mask.to(self.device))
+            (loss / len(micros)).backward()
+            for k, v in metrics.items():
+                sums[k] = sums.get(k, 0.0) + v / len(micros)
+        norm = self._clip_and_step()
+        self.scheduler.step()
+        self.version += 1
+        out = self._reduce_over_ranks({f"train/{k}": v for k, v in sums.items()})
+        out["train/actor/grad_norm"] = norm if math.isfinite(norm) else float("nan")
+        out["train/actor/lr"] = lr
+        out["train/sft/epoch"] = float(self.sft_sampler.epoch)
         return out
 
     def _backward_micro(self, mb: dict, scale: float) -> dict[str, float]:
@@ -209,7 +252,8 @@ class ActorWorker:
             # The schedule's shape comes from the config on resume (e.g. a longer max_steps), not the file.
             sched["lr_lambdas"] = [None] * len(sched["lr_lambdas"])
             torch.save({"version": self.version, "world_size": self.world_size, "scheduler": sched,
-                        "shuffle": self._shuffle.get_state(), "rng": rngs}, out / STATE_FILE)
+                        "shuffle": self._shuffle.get_state(), "rng": rngs,
+                        "sft_sampler": self.sft_sampler.state_dict() if self.sft_sampler else None}, out / STATE_FILE)
         dist.barrier()
 
     def load_checkpoint(self, actor_dir: str) -> int:
@@ -228,6 +272,8 @@ class ActorWorker:
         state = box[0]
         self.scheduler.load_state_dict(state["scheduler"])
         self._shuffle.set_state(state["shuffle"])
+        if self.sft_sampler is not None and state.get("sft_sampler") is not None:
+            self.sft_sampler.load_state_dict(state["sft_sampler"])
         self.version = int(state["version"])
         if state["world_size"] != self.world_size:
             log.warning("actor checkpoint was written by %d ranks, resuming on %d: per-rank RNG streams are reassigned",

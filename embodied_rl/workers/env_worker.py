@@ -94,11 +94,15 @@ class EnvWorker:
         global_step: int = 0,
         checkpoint_step: int = 0,
         reset_ids: list[int] | None = None,
+        fixed_epoch: int = 0,
+        video: bool = True,
     ) -> dict[str, float]:
         """One rollout epoch: reset every stage, then T chunk steps driven by the rollout worker.
 
         reset_ids: for evaluation on fixed states, one id per sub-env of *all* env workers
         (length env.<mode>.total_num_envs); this worker takes its slice.
+        fixed_epoch: see ChunkedVectorEnv.reset (the epoch's index within an evaluation).
+        video: record this epoch (when video_cfg.save_video); an evaluation records its first.
         Returns env/* episode metrics and time/env/* (stepping vs waiting for actions).
         """
         envs = self._stage_envs(mode)
@@ -107,11 +111,12 @@ class EnvWorker:
             if reset_ids is not None:
                 start = (self.rank * self.stages + s) * n
                 env.set_reset_ids(reset_ids[start : start + n])
-            env.begin_video(global_step, checkpoint_step, mode, self.run_name)
+            if video:
+                env.begin_video(global_step, checkpoint_step, mode, self.run_name)
         step_s = wait_s = 0.0
         for s, env in enumerate(envs):
             t0 = time.perf_counter()
-            obs = env.reset()
+            obs = env.reset(fixed_epoch)
             step_s += time.perf_counter() - t0
             self._send(EnvStepMessage(self.rank, s, 0, obs, env.active.copy()))
         for t in range(n_chunk_steps):

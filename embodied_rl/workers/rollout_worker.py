@@ -78,6 +78,10 @@ class RolloutWorker:
         if enable_offload:
             self.offload()
 
+    def set_dataset_statistics(self, stats: dict) -> None:
+        """Act with these normalisation statistics (SFT's) from now on."""
+        self.policy.set_dataset_statistics(stats)
+
     # ------------------------------------------------------------------ rollout
     @torch.no_grad()
     def generate(self, n_chunk_steps: int, mode: str = "train", *, send: bool = False

@@ -13,6 +13,7 @@ from embodied_rl.config.schema.model import ModelConfig
 from embodied_rl.config.schema.runtime import (
     ActorConfig,
     ClusterConfig,
+    DataConfig,
     EnvGroupConfig,
     RolloutConfig,
     RunnerConfig,
@@ -27,12 +28,14 @@ class RootConfig:
     env: EnvGroupConfig = field(default_factory=EnvGroupConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
+    data: DataConfig = field(default_factory=DataConfig)
 
 
 __all__ = [
     "ActorConfig",
     "AlgorithmConfig",
     "ClusterConfig",
+    "DataConfig",
     "EnvConfig",
     "EnvGroupConfig",
     "ModelConfig",

@@ -64,6 +64,7 @@ class AlgorithmConfig:
     # --- consumed by the runtime / rollout (see RUNTIME_KEYS) ----------------------------
     update_epoch: int = field(default=1, metadata={"help": "Passes over the rollout batch per training step."})
     rollout_epoch: int = field(default=1, metadata={"help": "Rollout epochs collected per training step (concatenated along the env axis)."})
+    eval_rollout_epoch: int = field(default=1, metadata={"help": "Rollout epochs per evaluation, each starting fresh episodes on every env.eval sub-env: an evaluation has env.eval.total_num_envs x eval_rollout_epoch episodes (with use_fixed_reset_state_ids, epoch k of every evaluation starts from the same states). Videos record the first."})
     sampling_params: SamplingParams = field(default_factory=SamplingParams)
 
     def __post_init__(self) -> None:
@@ -126,8 +127,8 @@ class AlgorithmConfig:
             raise ConfigError("algorithm.reward_scale and reward_shift are exclusive (both = no normalisation); set at most one")
         if self.reward_norm == "group" and self.group_size < 2:
             raise ConfigError("algorithm.reward_norm=group needs algorithm.group_size >= 2")
-        if self.update_epoch < 1 or self.rollout_epoch < 1:
-            raise ConfigError("algorithm.update_epoch and algorithm.rollout_epoch must be >= 1")
+        if min(self.update_epoch, self.rollout_epoch, self.eval_rollout_epoch) < 1:
+            raise ConfigError("algorithm.update_epoch, rollout_epoch and eval_rollout_epoch must be >= 1")
         if self.sampling_params.temperature_train <= 0 or self.sampling_params.temperature_eval <= 0:
             raise ConfigError("algorithm.sampling_params.temperature_train/temperature_eval must be > 0")
         if self.sampling_params.top_k is not None and not 1 <= self.sampling_params.top_k <= 256:
@@ -143,6 +144,7 @@ def _choice(key: str, value: str, valid: tuple[str, ...]) -> None:
 RUNTIME_KEYS: dict[str, str] = {
     "update_epoch": "runtime actor loop: passes over the batch per training step",
     "rollout_epoch": "runtime rollout loop: rollout epochs per training step",
+    "eval_rollout_epoch": "runtime evaluation: rollout epochs per evaluation",
     "sampling_params": "rollout/model: action-token sampling (do_sample, temperatures, top_k)",
 }
 

@@ -27,7 +27,7 @@ class CreatePresetConfig:
 class ModelConfig:
     model_type: str = field(default="openvla_oft", metadata={"help": "Policy architecture, a key of the model registry (openvla_oft)."})
     model_path: str = field(default="models/tiny-openvla-oft", metadata={"help": "Checkpoint directory in the official HF layout (config.json, safetensors, tokenizer, dataset_statistics.json)."})
-    create_preset: CreatePresetConfig | None = field(default=None, metadata={"help": "When model_path has no checkpoint yet, create one there from this preset (random init, official layout) before the run; null = a missing checkpoint is an error."})
+    create_preset: CreatePresetConfig | None = field(default=None, metadata={"help": "When model_path has no checkpoint yet, create one there from this preset (random init, official layout, with actor.model's action_dim, proprio_dim and num_images_in_input) before the run; a checkpoint already there must have the preset's architecture (name and image_size), else the run is refused. null = use the checkpoint as it is; a missing one is an error."})
     action_dim: int = field(default=7, metadata={"help": "Action dimensions per step (7 for EEF delta pose + gripper)."})
     num_action_chunks: int = field(default=8, metadata={"help": "Actions decoded in parallel per forward pass (the chunk length C)."})
     use_proprio: bool = field(default=False, metadata={"help": "Append a projected proprioception token after the image patches (state normalised with the 'proprio' q01/q99 statistics)."})

@@ -44,12 +44,19 @@ class RunnerConfig:
     output_dir: str = field(default="runs", metadata={"help": "Parent directory of run directories (relative to the working directory)."})
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     max_steps: int = field(default=10, metadata={"help": "Training steps (rollout -> advantages -> update -> weight sync) before the run stops."})
-    val_check_interval: int = field(default=-1, metadata={"help": "Run an evaluation rollout on env.eval every N training steps; -1 = never."})
+    val_check_interval: int = field(default=-1, metadata={"help": "Run an evaluation rollout on env.eval every N training steps and after the last one; -1 = never."})
+    val_before_train: bool = field(default=False, metadata={"help": "Evaluate on env.eval before the first training step (logged as step 0), the baseline the later evaluations compare with; not on resume."})
     save_interval: int = field(default=-1, metadata={"help": "Save a checkpoint every N training steps (and always at the end and on Ctrl-C); -1 = only at the end and on Ctrl-C."})
+    paradigm: Literal["rl", "sft"] = field(default="rl", metadata={"help": "rl: rollout -> advantages -> update on env.train; sft: supervised fine-tuning on the demonstrations of data.train_data_paths (what `embodied-rl sft` sets). Evaluation, checkpoints, resume and logging are the same for both; max_steps counts optimizer steps in SFT."})
     only_eval: bool = field(default=False, metadata={"help": "Evaluate the policy on env.eval without training (what `embodied-rl eval` sets)."})
     resume_dir: str | None = field(default=None, metadata={"help": "Checkpoint directory to resume training from (weights, optimizer, scheduler, RNG, step); 'latest' = newest in this run directory."})
     ckpt_path: str | None = field(default=None, metadata={"help": "Checkpoint to load the policy weights from before training or evaluation (not the optimizer); null = actor.model.model_path only."})
     seed: int = field(default=1234, metadata={"help": "Global seed (Python, NumPy, torch) of the driver and every worker (offset by worker rank)."})
+
+
+@dataclass
+class DataConfig:
+    train_data_paths: list[str] = field(default_factory=list, metadata={"help": "Demonstration directories written by `embodied-rl demos` for runner.paradigm=sft (concatenated; each is checked against env.train and actor.model before the run starts); must be empty for RL."})
 
 
 @dataclass

@@ -85,7 +85,7 @@ class OpenVLAOFTPolicy(BasePolicy):
                  image_norm: tuple[list, list] | None = None) -> None:
         """image_norm: per-tower (means, stds); None = the timm towers' own normalisation."""
         super().__init__()
-        self.model_cfg, self.arch, self.tokenizer, self.stats = model_cfg, arch, tokenizer, stats
+        self.model_cfg, self.arch, self.tokenizer = model_cfg, arch, tokenizer
         if model_cfg.num_images_in_input > 2:
             raise ConfigError(f"actor.model.num_images_in_input={model_cfg.num_images_in_input}: environments provide at most 2 cameras (main + wrist)")
         if model_cfg.image_size is not None and model_cfg.image_size != arch.image_size:
@@ -98,7 +98,20 @@ class OpenVLAOFTPolicy(BasePolicy):
         hidden = arch.llm_hidden_size
         self.proprio_projector = ProprioProjector(model_cfg.proprio_dim, hidden) if model_cfg.use_proprio else None
         self.value_head = ValueHead(hidden, model_cfg.value_dim) if model_cfg.add_value_head else None
-        self.unnorm_key = resolve_unnorm_key(stats, model_cfg.unnorm_key)
+        self._use_statistics(stats, model_cfg.unnorm_key)
+        self.action_tokenizer = ActionTokenizer(arch.base_vocab_size, arch.n_action_bins)
+        self.prompt_tokenizer = PromptTokenizer(tokenizer, model_cfg.max_prompt_length, arch.pad_token_id)
+        means, stds = image_norm or tower_norm_stats(self.vla)
+        self.image_transform = ImageTransform(arch.image_size, means, stds, center_crop=model_cfg.center_crop)
+        self.loaded_adapters = False  # set by _finish: LoRA adapters came with the checkpoint or lora_path
+        images_made_for = arch.extra.get("num_images_in_input")
+        if images_made_for is not None and images_made_for != model_cfg.num_images_in_input:
+            raise ConfigError(f"actor.model.num_images_in_input={model_cfg.num_images_in_input} but this checkpoint was made for {images_made_for} camera(s)")
+
+    def _use_statistics(self, stats: dict[str, Any], unnorm_key: str | None) -> None:
+        model_cfg = self.model_cfg
+        self.stats = stats
+        self.unnorm_key = resolve_unnorm_key(stats, unnorm_key)
         self.action_norm = BoundsQ99(stats[self.unnorm_key]["action"], f"{self.unnorm_key}.action")
         if self.action_norm.dim != model_cfg.action_dim:
             raise ConfigError(f"actor.model.action_dim={model_cfg.action_dim} but {STATS_NAME}[{self.unnorm_key}] has {self.action_norm.dim}-d actions")
@@ -109,14 +122,13 @@ class OpenVLAOFTPolicy(BasePolicy):
             self.proprio_norm = BoundsQ99(stats[self.unnorm_key]["proprio"], f"{self.unnorm_key}.proprio")
             if self.proprio_norm.dim != model_cfg.proprio_dim:
                 raise ConfigError(f"actor.model.proprio_dim={model_cfg.proprio_dim} but {STATS_NAME}[{self.unnorm_key}] has {self.proprio_norm.dim}-d proprio")
-        self.action_tokenizer = ActionTokenizer(arch.base_vocab_size, arch.n_action_bins)
-        self.prompt_tokenizer = PromptTokenizer(tokenizer, model_cfg.max_prompt_length, arch.pad_token_id)
-        means, stds = image_norm or tower_norm_stats(self.vla)
-        self.image_transform = ImageTransform(arch.image_size, means, stds, center_crop=model_cfg.center_crop)
-        self.loaded_adapters = False  # set by _finish: LoRA adapters came with the checkpoint or lora_path
-        images_made_for = arch.extra.get("num_images_in_input")
-        if images_made_for is not None and images_made_for != model_cfg.num_images_in_input:
-            raise ConfigError(f"actor.model.num_images_in_input={model_cfg.num_images_in_input} but this checkpoint was made for {images_made_for} camera(s)")
+
+    def set_dataset_statistics(self, stats: dict[str, Any]) -> None:
+        """Replace the checkpoint's statistics with a single-entry `dataset_statistics` (e.g. SFT's,
+        computed from its demos); saved checkpoints and exports carry it from then on."""
+        if len(stats) != 1:
+            raise ValueError(f"set_dataset_statistics: expected one entry, got {sorted(stats)}")
+        self._use_statistics(stats, None)
 
     # ----------------------------------------------------------------- inputs
     def prepare_inputs(self, obs: EnvObservation) -> dict[str, torch.Tensor]:

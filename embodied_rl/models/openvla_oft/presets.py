@@ -7,6 +7,7 @@ are the bin centres in [-1, 1]; scale them to the controller in the env's action
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from embodied_rl.errors import UserError
@@ -65,3 +66,24 @@ def make_preset(name: str, *, image_size: int = 224, action_dim: int = 7, propri
         arch.extra["num_images_in_input"] = num_images_in_input  # recorded so a mismatching config fails early
     tokenizer = build_tiny_tokenizer(arch.base_vocab_size, arch.n_action_bins)
     return arch, tokenizer, identity_statistics(action_dim, proprio_dim, unnorm_key)
+
+
+# Fields of config.json that fix the weights' shapes (the LLM's are read through LlamaConfig,
+# which fills in what an official file leaves at the class defaults).
+_LLM_DIMS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
+
+
+def preset_mismatch(name: str, image_size: int, ckpt_dir: str | Path) -> str | None:
+    """How the checkpoint in `ckpt_dir` differs from preset `name` at `image_size`; None if it
+    has that architecture (weights and statistics are not compared)."""
+    if name not in PRESETS:
+        raise UserError(f"unknown model preset {name!r}; available: {', '.join(PRESETS)}")
+    want, have = PRESETS[name](image_size=image_size), OpenVLAArchConfig.load(ckpt_dir)
+    fields = [("image_sizes", want.image_sizes, have.image_sizes), ("timm_model_ids", want.timm_model_ids, have.timm_model_ids),
+              ("timm_override_args", want.timm_override_args, have.timm_override_args)]
+    w_llm, h_llm = want.llama_config(), have.llama_config()
+    fields += [(f"text_config.{k}", getattr(w_llm, k), getattr(h_llm, k)) for k in _LLM_DIMS]
+    for key, w, h in fields:
+        if w != h:
+            return f"{key} is {h}, the preset's is {w}"
+    return None

@@ -1,30 +1,38 @@
 """Schema walk: every config key, changed on its own, is either rejected or changes what runs.
 
-Run it with `python -m pytest tests/schema_walk.py` (~9 min on a loaded 2-core box). It is not
-collected by the default suite yet: it still reports keys that are inert or that no probe
-reaches (see the list it prints), and it exceeds the suite's time budget.
+Part of the default suite (marked slow). Alone: `python -m pytest tests/test_schema_walk.py -s`
+(prints a verdict per key and the seconds per probe); `SCHEMA_WALK_ONLY=env.train.seed,runner`
+walks only the keys under those prefixes.
 
 Why a walk and not a test per key: a test per key is only as complete as its author's list,
 and a key nobody listed (or a consumer line somebody deleted) goes unnoticed. The walk derives
-the key list from the schema itself (every leaf of RootConfig, and each simulator's
+the key list from the schema itself (every leaf of RootConfig, and every simulator's
 `init_params` dataclass), so a new key is checked the day it is added, with no exemption list.
 
 For each leaf the walk derives changed values from its type: a bool flips, a Literal takes
 each other choice and an invalid one (a str whose help documents 'a | b | c' takes each),
 numbers get a tiny, a doubled, a halved, zero and a negative value, Optional goes None <->
 value (a changed value first, None second), lists drop or repeat items or replace the first
-(by every choice for Literal items), strings get '' and a bogus name. Each changed config is loaded with the real
-`load_config` (command-line override syntax); then the key's consumers run for real:
+(by every choice for Literal items), strings get '' and a bogus name. Each changed config is
+loaded with the real `load_config` (command-line override syntax); then the key's consumers
+run for real:
 
 - `algorithm`: compute_advantages + the actor-critic loss on fixed synthetic batches;
 - `actor.model`, `rollout.model`, `algorithm.sampling_params`: the tiny OFT policy built from
   the config (rollout and actor copies), predict with the runtime's sampling specs and
-  evaluate_actions on fixed observations;
+  evaluate_actions on fixed observations, then one backward of the actor copy (its gradients
+  and the activations saved for backward); a checkpoint the config makes is observed as the
+  files written;
 - `actor.*` (optim, fsdp_config, batch sizes, seed): one real FSDP2 train step of ActorWorker
-  (gloo, world size 1, in-process) on a batch made by the real policy and compute_advantages;
-- `env.<mode>.*` incl. init_params: make_env on ManiSkill's CPU sim, worker 0 / stage 0 of the
-  runtime's own plan (placement, envs_per_worker), a reset and every chunk step of one rollout
-  epoch with fixed actions; observations, rewards, flags, episodes, metrics, video files;
+  (gloo, world size 1, in-process) on a batch made by the real policy and compute_advantages,
+  and the sharded module's parameters after a forward;
+- `env.<mode>.*` incl. init_params: make_env on the simulator (ManiSkill's CPU sim; LIBERO for
+  its own init_params), worker 0 / stage 0 of the runtime's own plan (placement,
+  envs_per_worker), a reset, every chunk step of one rollout epoch with fixed actions and the
+  next epoch's reset; observations, rewards, flags, episodes, metrics, video files. Fixed
+  actions never succeed, so the `episode` probe replays the scripted expert of
+  embodied_rl/demos (recorded once, in the background, from its reset ids) through make_env:
+  episodes that really terminate;
 - `cluster.*`, channels, rollout workers: a real RayCluster (fresh Ray session), its placement,
   the channel wiring of build_groups and an in-process RolloutWorker;
 - `env.<mode>.subproc.*`: the real sub-env process pool with a millisecond SubEnv, through one
@@ -32,23 +40,27 @@ value (a changed value first, None second), lists drop or repeat items or replac
 - `*.group_name`: the names of Ray actors started by WorkerGroup on a fresh RayCluster;
 - `runner.*`: the run directory and console output written by MetricsLogger, and the project
   and run name of its wandb run read back from the offline run file;
-- plan: placement, env split, chunk steps, needs_reference and the batch-fit check of
-  runtime/groups.py. The runner loop is not run (see probe_plan).
+- plan: placement, env split, chunk steps, the env modes stepped and worker groups started,
+  needs_reference and the batch-fit check of runtime/groups.py. The runner loop is not run
+  (see probe_plan).
 
 Verdict per key. Live if some accepted change gives an outcome different from the unchanged
 config's (a consumer error counts as an outcome), or if every changed value is rejected with a
 ConfigError (a key with one valid value, e.g. a one-choice Literal). A rejection next to
 accepted-but-ignored values proves nothing: a range check on an ignored key would pass.
 Some keys only act when another is set (high_level_gamma needs bi_level_gae, lora_rank needs
-is_lora): when the walk base shows nothing, the walk retries on top of *switch* settings of
-the same section (flags, choices, optionals), most related by name first. A switch setting
-that, combined with the key's change, is rejected naming the switch also proves the key
-gates it (use_fixed_reset_state_ids gates group_size).
+is_lora) or on a first run (create_preset acts only where no checkpoint exists yet): when the
+walk base shows nothing, the walk retries in the world's contexts (a first run: the model not
+created yet), on the other experiment configs, and on top of *switch* settings of the same
+section (flags, choices, optionals), most related by name first. A context setting that,
+combined with the key's change, is rejected naming the setting also proves the key gates it.
+A key of one simulator's init_params is walked with its env mode in that simulator.
 
-Why the simulator is shared: building a ManiSkill sub-env process costs 5-20 s (imports,
-software Vulkan), so the walk registers a caching entry for the simulator in the backend
-registry. It builds the real backend on a miss, keyed by everything the backend constructor
-reads (params, task_description, subproc, sub-env count, seed); all episode semantics,
+Why the simulators are shared: building a sub-env process costs 5-20 s (imports, software
+Vulkan, LIBERO's scene), so the walk registers a caching entry for each simulator in the
+backend registry. It builds the real backend on a miss, keyed by everything the backend
+constructor reads (params, task_description, subproc, sub-env count, seed), and keeps the
+few most recently used (each sub-env process holds up to ~1 GB); all episode semantics,
 adapter and video run for real in make_env on every probe. Probes are routed by section
 (not by key) to keep the walk within its time budget; a key whose consumer no probe of its
 section reaches is reported, never skipped.
@@ -56,10 +68,14 @@ section reaches is reported, never skipped.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
+import re
 import shutil
 import time
+from collections import Counter, OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -83,31 +99,31 @@ from schema_walk_probes import (
 
 from embodied_rl.config.loader import compose, to_dict
 from embodied_rl.config.schema import RootConfig
+from embodied_rl.errors import ConfigError
 
-pytestmark = [pytest.mark.slow, pytest.mark.maniskill]
+pytestmark = [pytest.mark.slow, pytest.mark.maniskill, pytest.mark.libero]
 
 BASE = "maniskill_ppo_tiny"
 # Small and fast, and chosen so every consumer runs: 2 env workers x 2 sub-envs, episodes
-# of 12 steps (2 chunks, truncated inside the second), 8 samples = one global batch.
+# of 12 steps (2 chunks, truncated inside the second), 8 samples = one global batch. Image
+# sizes and simulator settings: SIM_SETTINGS below. The test appends the walk's model path.
 BASE_OVERRIDES = [
     "cluster.num_cpu_slots=2", "rollout.pipeline_stage_num=1",
     "env.train.total_num_envs=4", "env.eval.total_num_envs=4",
     "env.train.max_episode_steps=12", "env.eval.max_episode_steps=12",
-    "+env.train.init_params.camera_heights=32", "+env.train.init_params.camera_widths=32",
-    "+env.eval.init_params.camera_heights=32", "+env.eval.init_params.camera_widths=32",
-    "+env.eval.init_params.reward_mode=normalized_dense",  # train and eval share one simulator
-    # A robot with a hand camera, so the wrist-camera keys have something to select.
-    "+env.train.init_params.robot_uids=panda_wristcam", "+env.eval.init_params.robot_uids=panda_wristcam",
     "actor.micro_batch_size=4", "actor.global_batch_size=8",
     "actor.model.create_preset.image_size=56", "runner.output_dir=runs",
 ]
 # A probe runs on the walk base and on at most this many further contexts (cost-bounded);
 # cheap probes try up to MAX_TRIES accepted values per context, the others one.
-MAX_CONTEXTS = {"algorithm": 14, "plan": 8, "rundir": 8, "subproc": 4, "model": 3, "env": 2, "actor": 1, "ray": 0, "names": 0}
+MAX_CONTEXTS = {"algorithm": 14, "plan": 8, "rundir": 8, "subproc": 4, "model": 5, "env": 2, "episode": 0,
+                "actor": 1, "ray": 0, "names": 0}
 # The tiny model's FSDP step takes about a second: it gets several values too (lr_warmup_steps=1
 # trains exactly like 0; 2 does not).
 CHEAP = ("algorithm", "plan", "rundir", "subproc", "actor")
 MAX_TRIES = 3
+# Probes of one env mode (their outcome on a context depends on the key's mode).
+MODE_PROBES = ("env", "episode", "subproc")
 
 
 # ============================================================================ probes
@@ -120,11 +136,19 @@ def probe_algorithm(cfg: RootConfig, path: str) -> Any:
 
 
 def probe_plan(cfg: RootConfig, path: str) -> Any:
-    """The runtime's pure planning (config/plan.py): placement, derived sizes, env split, and
-    whether rollout computes reference log-probs (needs_reference, as build_groups asks). The
-    runner loop is not probed: its interval, resume and checkpoint keys are live here only
-    through their checks, and runner.only_eval only where it changes needs_reference."""
-    from embodied_rl.config.plan import chunk_steps_per_epoch, plan_run
+    """The runtime's pure planning (config/plan.py): placement, derived sizes, env split, the
+    env modes a run steps and the worker groups it starts, the steps after which the training
+    loop evaluates and saves, and whether rollout computes reference log-probs (needs_reference,
+    as build_groups asks). The runner loop itself is not run: its resume and checkpoint keys
+    are live here only through their checks."""
+    from embodied_rl.config.plan import (
+        chunk_steps_per_epoch,
+        components,
+        evaluates_after,
+        plan_run,
+        saves_after,
+        used_modes,
+    )
     from embodied_rl.config.resources import detect_resources
     from embodied_rl.runtime.groups import needs_reference
     from embodied_rl.workers.env_worker import envs_per_worker, rollout_rank_of
@@ -136,6 +160,8 @@ def probe_plan(cfg: RootConfig, path: str) -> Any:
                            "resources": plan.resources, "batch": (cfg.actor.global_batch_size, cfg.actor.micro_batch_size)}
     out["rollout_of_env"] = [rollout_rank_of(e, n_env, n_roll) for e in range(n_env)]
     out["reference"] = needs_reference(cfg)
+    out["modes"], out["components"] = used_modes(cfg), components(cfg)
+    out["schedule"] = [(s, evaluates_after(cfg, s), saves_after(cfg, s)) for s in range(cfg.runner.max_steps + 1)]
     for mode in ("train", "eval"):
         out[mode] = (envs_per_worker(getattr(cfg.env, mode).total_num_envs, n_env, cfg.rollout.pipeline_stage_num, mode),
                      chunk_steps_per_epoch(cfg, mode))
@@ -170,28 +196,37 @@ def _fixed_obs(policy, n: int = 3):
 
 def probe_model(cfg: RootConfig, path: str) -> Any:
     """Rollout copy (rollout.model.model_path) predicts with the runtime's sampling specs; the
-    actor copy re-scores the tokens. Checkpoints missing on disk are created as the CLI does."""
+    actor copy re-scores the tokens, and once more with gradients (see _training_signal).
+    Checkpoints missing on disk are created as the CLI does, and the files written observed."""
     from embodied_rl.runtime.groups import sampling_specs
     from embodied_rl.runtime.train import ensure_model
 
-    created = [p for p in {cfg.actor.model.model_path, cfg.rollout.model.model_path}
+    m = cfg.actor.model
+    created = [p for p in {m.model_path, cfg.rollout.model.model_path}
                if p and not (Path(p) / "config.json").exists() and not Path(p).exists()]
+    # A safety limit, not a verdict: the other presets take GBs (the config checks refuse them
+    # next to the walk's tiny checkpoint, so only a broken check gets here).
+    if created and m.create_preset is not None and m.create_preset.name != "tiny":
+        raise RuntimeError(f"the walk creates only the tiny preset, not {m.create_preset.name!r}")
     try:
         with quiet():
             ensure_model(cfg)
+        out: dict[str, Any] = {"created": [files_under(Path(p)) for p in sorted(created)]}
         _POLICIES.clear() if created else None
-        rollout = _policy(dataclasses.replace(cfg.actor.model, model_path=cfg.rollout.model.model_path))
-        actor = _policy(cfg.actor.model)
-        out: dict[str, Any] = {"trainable": {k: (v.dtype, tuple(v.shape)) for k, v in actor.trainable_state_dict().items()}}
+        rollout = _policy(dataclasses.replace(m, model_path=cfg.rollout.model.model_path))
+        actor = _policy(m)
+        out["trainable"] = {k: (v.dtype, tuple(v.shape)) for k, v in actor.trainable_state_dict().items()}
+        sp = cfg.algorithm.sampling_params
         with torch.no_grad():
             inputs = rollout.prepare_inputs(_fixed_obs(rollout))
             for mode, spec in sampling_specs(cfg).items():
                 gen = torch.Generator().manual_seed(1)
                 o = rollout.predict(inputs, do_sample=spec.do_sample, temperature=spec.temperature, top_k=spec.top_k,
                                     compute_values=cfg.algorithm.uses_critic, generator=gen)
-                ev = actor.evaluate_actions(o.forward_inputs, o.action_tokens, temperature=cfg.algorithm.sampling_params.temperature_train,
-                                            top_k=cfg.algorithm.sampling_params.top_k or 0, compute_values=cfg.algorithm.uses_critic)
+                ev = actor.evaluate_actions(o.forward_inputs, o.action_tokens, temperature=sp.temperature_train,
+                                            top_k=sp.top_k or 0, compute_values=cfg.algorithm.uses_critic)
                 out[mode] = (o.actions, o.action_tokens, o.logprobs, o.values, o.forward_inputs, ev)
+        out["training"] = _training_signal(actor, o, cfg)
         return out
     finally:
         for p in created:
@@ -200,12 +235,41 @@ def probe_model(cfg: RootConfig, path: str) -> Any:
             _POLICIES.clear()
 
 
+def _training_signal(policy, predicted, cfg: RootConfig) -> Any:
+    """One backward of the actor copy in training mode through the re-scored tokens: the
+    gradients (fresh LoRA adapters leave every output unchanged, B = 0, but their scaling shows
+    here) and the activations the forward saves for backward (what gradient checkpointing
+    changes; the numbers it computes are the same)."""
+    saved: list[int] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved.append(t.numel())
+        return t
+
+    sp = cfg.algorithm.sampling_params
+    policy.train()
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            ev = policy.evaluate_actions(predicted.forward_inputs, predicted.action_tokens, temperature=sp.temperature_train,
+                                         top_k=sp.top_k or 0, compute_values=cfg.algorithm.uses_critic)
+        loss = ev["logprobs"].float().sum()
+        if ev.get("values") is not None:
+            loss = loss + ev["values"].float().sum()
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}
+    finally:
+        policy.zero_grad(set_to_none=True)
+        policy.eval()
+    return grads, len(saved), sum(saved)
+
+
 _BATCHES: dict[str, dict] = {}
 
 
 def probe_actor(cfg: RootConfig, path: str) -> Any:
-    """One real FSDP2 train step (gloo, world 1, this process) on a real-policy batch, and the
-    learning rates its scheduler sets for the next step."""
+    """One real FSDP2 train step (gloo, world 1, this process) on a real-policy batch, the
+    learning rates its scheduler sets for the next step, and the sharded module's state after a
+    forward (which parameters stay gathered, on which mesh: the sharding strategy)."""
     from actor_fixtures import make_rollout_batch
 
     from embodied_rl.runtime import fsdp
@@ -215,26 +279,35 @@ def probe_actor(cfg: RootConfig, path: str) -> Any:
     if key not in _BATCHES:
         _BATCHES.clear()
         _BATCHES[key] = make_rollout_batch(cfg)
+    batch = _BATCHES[key]
     worker = ActorWorker(cfg, 0, 1)
     try:
         info = worker.setup("127.0.0.1", fsdp.free_port())
-        metrics = worker.train_step(_BATCHES[key])
+        metrics = worker.train_step(batch)
         sd, version = worker.get_trainable_state_dict()
         # The LR the scheduler set for the next step: one step cannot show a schedule otherwise.
         next_lrs = [g["lr"] for g in worker.optimizer.param_groups]
+        worker.policy.evaluate_actions({k: v[0, :2] for k, v in batch["forward_inputs"].items()},
+                                       batch["action_tokens"][0, :2], compute_values=False)
+        params = sorted(Counter((type(p).__name__, str(getattr(p, "placements", ""))) for p in worker.policy.parameters()).items())
     finally:
         worker.shutdown()
     metrics = {k: v for k, v in metrics.items() if not k.startswith("time/")}
-    return info, metrics, sd, version, next_lrs
+    return info, metrics, sd, version, next_lrs, params
+
+
+def _env_mode(path: str) -> str:
+    parts = path.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "env" and parts[1] in MODES else "train"
 
 
 def probe_env(cfg: RootConfig, path: str) -> Any:
-    """Env worker 0, stage 0 of the runtime's plan: make_env, reset, one rollout epoch of chunks."""
+    """Env worker 0, stage 0 of the runtime's plan: make_env, reset, one rollout epoch of chunks
+    with fixed actions, then the next epoch's reset (fresh or fixed reset states)."""
     from embodied_rl.config.plan import chunk_steps_per_epoch
     from embodied_rl.envs import make_env
 
-    parts = path.split(".")
-    mode = parts[1] if len(parts) > 1 and parts[0] == "env" and parts[1] in ("train", "eval") else "train"
+    mode = _env_mode(path)
     env_cfg = getattr(cfg.env, mode)
     per_stage, steps = probe_plan(cfg, path)[mode]
     assert steps == chunk_steps_per_epoch(cfg, mode)
@@ -253,9 +326,70 @@ def probe_env(cfg: RootConfig, path: str) -> Any:
             out.append(env.chunk_step(actions))
         out.append(env.pop_metrics())
         env.end_video()
+        out.append((env.reset(), env.reset_ids.copy()))
     finally:
         env.close()
     out.append(files_under(video_root) if video_root.exists() else None)
+    return out
+
+
+def _expert_episodes() -> list[Any]:
+    """Two successful episodes of the real scripted expert in the walk base's train env,
+    recorded once by the demos recorder in a process of its own (the expert reads the
+    simulator's ground truth, which the pooled sub-envs keep to themselves)."""
+    from embodied_rl.demos.collect import collect
+    from embodied_rl.demos.sources import ProcessSource
+    from embodied_rl.demos.spec import DemoSpec
+
+    base = load_in(())
+    spec = DemoSpec.from_config(base)
+    spec = dataclasses.replace(spec, env_cfg=dataclasses.replace(spec.env_cfg, max_episode_steps=EXPERT_MAX_STEPS))
+    episodes: list[Any] = []
+    collect(ProcessSource(spec, 1), num_demos=2, seed_start=0, max_attempts=8, on_demo=episodes.append)
+    assert len(episodes) == 2, "the scripted expert solved fewer than 2 of 8 episodes"
+    return episodes
+
+
+EXPERT_MAX_STEPS = 48
+_EXPERT: dict[str, Future] = {}
+
+
+def expert_episodes() -> list[Any]:
+    """The recorded expert episodes; the test starts recording in the background at its start."""
+    if "future" not in _EXPERT:
+        _EXPERT["future"] = ThreadPoolExecutor(1).submit(_expert_episodes)
+    return _EXPERT["future"].result()
+
+
+def probe_episode(cfg: RootConfig, path: str) -> Any:
+    """Episodes that really end: the scripted expert's recorded actions replayed from its reset
+    ids through make_env (success, terminations, auto-resets, metrics). The horizon is raised to
+    cover the expert's episodes and two steps more; the env probe covers max_episode_steps."""
+    from embodied_rl.envs import make_env
+
+    mode = _env_mode(path)
+    env_cfg = getattr(cfg.env, mode)
+    if env_cfg.env_type != _env_type((), "train"):
+        return None  # the expert's actions were recorded in the walk base's simulator
+    episodes = expert_episodes()
+    per_stage, _ = probe_plan(cfg, path)[mode]
+    c, a = cfg.actor.model.num_action_chunks, cfg.actor.model.action_dim
+    chunks = -(-(max(e.length for e in episodes) + 2) // c)
+    actions = np.zeros((per_stage, chunks * c, a), np.float32)
+    for i in range(per_stage):
+        rec = episodes[i % len(episodes)].policy_actions
+        if rec.shape[1] != a:
+            return ("expert actions have", rec.shape[1], "dims, the policy", a)
+        actions[i, :len(rec)], actions[i, len(rec):] = rec, rec[-1]
+    env_cfg = dataclasses.replace(env_cfg, max_episode_steps=max(env_cfg.max_episode_steps, chunks * c))
+    env = make_env(env_cfg, per_stage, seed_offset=0, env_worker=0, stage=0)
+    try:
+        env.set_reset_ids([episodes[i % len(episodes)].reset_id for i in range(per_stage)])
+        out: list[Any] = [env.reset()]
+        out += [env.chunk_step(actions[:, k * c:(k + 1) * c]) for k in range(chunks)]
+        out.append(env.pop_metrics())
+    finally:
+        env.close()
     return out
 
 
@@ -435,7 +569,7 @@ def _empty(root: Path) -> None:
 PROBES: dict[str, Callable[[RootConfig, str], Any]] = {
     "algorithm": probe_algorithm, "plan": probe_plan, "rundir": probe_rundir, "model": probe_model,
     "env": probe_env, "actor": probe_actor, "ray": probe_ray, "subproc": probe_subproc,
-    "names": probe_names,
+    "names": probe_names, "episode": probe_episode,
 }
 
 # Consumers of each section, cheapest first (a key is routed by its longest matching prefix).
@@ -445,8 +579,8 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "algorithm": ("algorithm", "plan", "model", "actor"),
     "algorithm.sampling_params": ("model",),
     "env": ("ray",),
-    "env.train": ("plan", "env"),
-    "env.eval": ("plan", "env"),
+    "env.train": ("plan", "env", "episode"),
+    "env.eval": ("plan", "env", "episode"),
     # The cheap pool first: the env probe rebuilds ManiSkill children on every deadline change.
     "env.train.subproc": ("subproc", "env"),
     "env.eval.subproc": ("subproc", "env"),
@@ -477,13 +611,76 @@ def section_of(path: str) -> str:
 
 # The other experiment configs are contexts too (e.g. GRPO settings span several sections).
 OTHER_EXPERIMENTS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "configs").glob("*.yaml") if p.stem != BASE)
+MODES = ("train", "eval")
+# Set in every env mode that runs the simulator, whichever env config the context picked: small
+# images, and settings that let train and eval share one simulator.
+SIM_SETTINGS: dict[str, dict[str, Any]] = {
+    # A robot with a hand camera, so the wrist-camera keys have something to select.
+    "maniskill": {"camera_heights": 32, "camera_widths": 32, "reward_mode": "normalized_dense", "robot_uids": "panda_wristcam"},
+    # One task (a sub-env builds a task's scene on first use), few settle steps.
+    "libero": {"camera_heights": 32, "camera_widths": 32, "task_ids": [0], "num_steps_wait": 2},
+}
+# The walk base of a key in another simulator's init_params: an experiment config running it.
+SIM_BASE = {"libero": "libero_grpo_tiny"}
+# Contexts of the world rather than of a key, for keys routed to a probe: a first run, before the
+# model exists (set by the test, under the walk directory).
+WORLD_CONTEXTS: dict[str, list[tuple[str, ...]]] = {}
+_ENV_PICK = re.compile(r"^env\.(train|eval)=")
+
+
+def _split(ctx: tuple[str, ...]) -> tuple[str, list[str]]:
+    """(experiment, overrides) of a context; '@<name>' picks another experiment config."""
+    names = [c[1:] for c in ctx if c.startswith("@")]
+    return (names[0] if names else BASE), [c for c in ctx if not c.startswith("@")]
+
+
+@functools.cache
+def _sim_overrides(ctx: tuple[str, ...]) -> tuple[str, ...]:
+    """SIM_SETTINGS of the simulator each env mode runs in this context."""
+    name, ctx_ov = _split(ctx)
+    tree = compose(name, [*BASE_OVERRIDES, *(c for c in ctx_ov if _ENV_PICK.match(c))])
+    out: list[str] = []
+    for mode in MODES:
+        env = tree["env"][mode]
+        sim, params = env.get("env_type"), env.get("init_params") or {}
+        out += [override(f"env.{mode}.init_params.{k}", v, k in params) for k, v in SIM_SETTINGS.get(sim, {}).items()]
+    return tuple(out)
+
+
+def _overrides(ctx: tuple[str, ...], *extra: str) -> tuple[str, list[str]]:
+    name, ctx_ov = _split(ctx)
+    try:
+        sim = list(_sim_overrides(ctx))
+    except ConfigError:  # a context that does not compose: load_config reports it
+        sim = []
+    return name, [*BASE_OVERRIDES, *sim, *ctx_ov, *extra]
 
 
 def load_in(ctx: tuple[str, ...], *extra: str) -> RootConfig | Outcome:
     """Load the walk base (or '@<experiment>') with the context's and the change's overrides."""
-    name = ctx[0][1:] if ctx and ctx[0].startswith("@") else BASE
-    return try_load(name, [*BASE_OVERRIDES, *(c for c in ctx if not c.startswith("@")), *extra])
+    return try_load(*_overrides(ctx, *extra))
 
+
+@functools.cache
+def _tree(ctx: tuple[str, ...]) -> dict:
+    return compose(*_overrides(ctx))
+
+
+def _env_type(ctx: tuple[str, ...], mode: str) -> str | None:
+    try:
+        return _tree(ctx)["env"][mode]["env_type"]
+    except ConfigError:
+        return None
+
+
+def present(ctx: tuple[str, ...], path: str) -> bool:
+    """Whether a key exists in the context's composed tree (else `+key=` adds it)."""
+    node: Any = _tree(ctx)
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 @dataclasses.dataclass
@@ -494,19 +691,21 @@ class Verdict:
 
 
 class Walker:
-    def __init__(self, leaves: list[Leaf], base: RootConfig, present: Callable[[str], bool]) -> None:
-        self.leaves, self.base, self.present = leaves, base, present
+    def __init__(self, leaves: list[Leaf]) -> None:
+        self.leaves = leaves
         self._base_outcomes: dict[tuple[str, str, str], Outcome] = {}
         self.timings: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
 
     def _probe(self, name: str, cfg: RootConfig, path: str) -> Outcome:
         t0 = time.perf_counter()
         out = run_probe(PROBES[name], cfg, path)
         self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - t0
+        self.calls[name] = self.calls.get(name, 0) + 1
         return out
 
-    def _base(self, ctx: tuple[str, ...], name: str, cfg: RootConfig, path: str) -> Outcome:
-        mode_key = path.split(".")[1] if name in ("env", "subproc") and path.startswith("env.") else ""
+    def _base(self, ctx: tuple[str, ...], name: str, cfg: RootConfig, path: str, walk_base: bool) -> Outcome:
+        mode_key = path.split(".")[1] if name in MODE_PROBES and path.startswith("env.") else ""
         key = (repr(ctx), name, mode_key)
         if key not in self._base_outcomes:
             first = self._probe(name, cfg, path)
@@ -514,31 +713,60 @@ class Walker:
                 again = self._probe(name, cfg, path)
                 assert first == again, f"probe {name} is not deterministic on {ctx}: {first.summary} vs {again.summary}"
             # A consumer that fails on the walk base observes nothing: that is a broken probe.
-            assert ctx or not first.error, f"probe {name} fails on the walk base: {first.summary}"
+            assert not walk_base or not first.error, f"probe {name} fails on the walk base {ctx}: {first.summary}"
             self._base_outcomes[key] = first
         return self._base_outcomes[key]
 
+    @staticmethod
+    def sim_of(leaf: Leaf) -> str | None:
+        """The simulator a key is walked in: its own for init_params keys, else the base's."""
+        if leaf.sim is not None:
+            return leaf.sim
+        parts = leaf.path.split(".")
+        mode = parts[1] if parts[0] == "env" and len(parts) > 2 and parts[1] in MODES else "train"
+        return _env_type((), mode)
+
+    def base_context(self, leaf: Leaf) -> tuple[str, ...]:
+        """The walk base, or for another simulator's init_params key, an experiment running it."""
+        if self.sim_of(leaf) == Walker.sim_of(dataclasses.replace(leaf, sim=None)):
+            return ()
+        return (f"@{SIM_BASE[leaf.sim]}",)
+
     def contexts(self, leaf: Leaf) -> list[tuple[tuple[str, ...], str | None]]:
-        """(extra overrides, switch leaf name) to try: the walk base, then related switches."""
-        out: list[tuple[tuple[str, ...], str | None]] = [((), None)]
-        out += [((f"@{name}",), None) for name in OTHER_EXPERIMENTS]
-        section = section_of(leaf.path)
+        """(overrides, switch key) to try: the walk base, the world's contexts, the other
+        experiments (in the key's simulator), then the most related switches of its section."""
+        base_ctx = self.base_context(leaf)
+        base_cfg = load_in(base_ctx)
+        assert not isinstance(base_cfg, Outcome), f"the walk base of {leaf.path} does not load: {base_cfg.summary}"
+        out: list[tuple[tuple[str, ...], str | None]] = [(base_ctx, None)]
+        out += [(base_ctx + w, w[0].split("=")[0]) for p in route(leaf.path) for w in WORLD_CONTEXTS.get(p, [])]
+        section, sim = section_of(leaf.path), self.sim_of(leaf)
+        mode = section.split(".")[1] if section.startswith("env.") else "train"
+        for name in [BASE, *OTHER_EXPERIMENTS]:
+            ctx = () if name == BASE else (f"@{name}",)
+            if ctx != base_ctx and (leaf.sim is None or _env_type(ctx, mode) == sim):
+                out.append((ctx, None))
         scored = []
         for sw in self.leaves:
-            if sw.path == leaf.path or section_of(sw.path) != section:
+            if sw.path == leaf.path or section_of(sw.path) != section or sw.sim not in (None, sim):
                 continue
-            for value in candidates(sw, get_path(self.base, sw.path)):
+            for value in candidates(sw, get_path(base_cfg, sw.path)):
                 score = relatedness(leaf, sw, value) + is_switch(sw)
                 scored.append((-score, sw.path, value, sw))
         scored.sort(key=lambda s: (s[0], s[1]))
         budget = max(MAX_CONTEXTS[p] for p in route(leaf.path))
         for _, path, value, _sw in scored[:budget]:
-            out.append(((override(path, value, self.present(path)),), path))
-        return out[: budget + 1]
+            out.append(((*base_ctx, override(path, value, present(base_ctx, path))), path))
+        return out
 
     def judge(self, leaf: Leaf) -> Verdict:
+        verdict = self._judge(leaf)
+        return dataclasses.replace(verdict, path=f"{leaf.path} ({leaf.sim})") if leaf.sim else verdict
+
+    def _judge(self, leaf: Leaf) -> Verdict:
         notes: list[str] = []
-        for i, (ctx, switch) in enumerate(self.contexts(leaf)):
+        contexts = self.contexts(leaf)
+        for i, (ctx, switch) in enumerate(contexts):
             ctx_cfg = load_in(ctx)
             if isinstance(ctx_cfg, Outcome):
                 continue
@@ -546,32 +774,32 @@ class Walker:
             cands = candidates(leaf, get_path(ctx_cfg, leaf.path))
             rejected: list[tuple[str, str]] = []
             tries = dict.fromkeys(probes, 0)
+            where = f" on top of {' '.join(ctx)}" if ctx else ""
             for value in cands:
-                ov = override(leaf.path, value, self.present(leaf.path))
+                ov = override(leaf.path, value, present(ctx, leaf.path))
                 cfg = load_in(ctx, ov)
-                where = f" on top of {ctx[0]}" if ctx else ""
                 if isinstance(cfg, Outcome):
                     rejected.append((ov, cfg.summary))
                     if switch and switch.rsplit(".", 1)[-1] in cfg.summary:  # the key gates the switch
                         return Verdict(leaf.path, True, f"{ov}{where} rejected: {cfg.summary}")
                     continue
-                verdict = self._compare(leaf, ctx, ctx_cfg, cfg, probes, tries, ov, where, rejected)
+                verdict = self._compare(leaf, ctx, ctx_cfg, cfg, probes, tries, ov, where, rejected, walk_base=i == 0)
                 if verdict is not None:
                     return verdict
                 if all(t >= (MAX_TRIES if p in CHEAP else 1) for p, t in tries.items()):
                     break
-            if not ctx and cands and len(rejected) == len(cands):
-                return Verdict(leaf.path, True, f"every changed value rejected, e.g. {rejected[0][0]}: {rejected[0][1]}")
-            if not ctx:
-                notes.append(f"{len(cands)} values ({len(rejected)} rejected) changed none of {probes}")
-        notes.append(f"nor on {len(self.contexts(leaf)) - 1} related settings")
+            if i == 0 and cands and len(rejected) == len(cands):
+                return Verdict(leaf.path, True, f"every changed value rejected{where}, e.g. {rejected[0][0]}: {rejected[0][1]}")
+            if i == 0:
+                notes.append(f"{len(cands)} values ({len(rejected)} rejected) changed none of {probes}{where}")
+        notes.append(f"nor on {len(contexts) - 1} related settings")
         return Verdict(leaf.path, False, "; ".join(notes))
 
-    def _compare(self, leaf, ctx, ctx_cfg, cfg, probes, tries, ov, where, rejected) -> Verdict | None:
+    def _compare(self, leaf, ctx, ctx_cfg, cfg, probes, tries, ov, where, rejected, walk_base: bool) -> Verdict | None:
         for name in probes:
             if tries[name] >= (MAX_TRIES if name in CHEAP else 1):
                 continue  # expensive consumers see one accepted value per context
-            base = self._base(ctx, name, ctx_cfg, leaf.path)
+            base = self._base(ctx, name, ctx_cfg, leaf.path, walk_base)
             if base.rejected:
                 continue
             got = self._probe(name, cfg, leaf.path)
@@ -603,7 +831,7 @@ def shared_simulators():
 
     registry.available_simulators()  # imports the built-in backends
     real = dict(registry._SIMULATORS)
-    cache: dict[str, Any] = {}
+    cache: OrderedDict[str, Any] = OrderedDict()
     wrapped = {name: _caching_backend(cls, cache) for name, cls in real.items()}
     registry._SIMULATORS.update(wrapped)
     yield cache
@@ -612,7 +840,12 @@ def shared_simulators():
         b.close()
 
 
-def _caching_backend(real_cls: type, cache: dict[str, Any]) -> type:
+# Simulators kept alive: the walk base's ManiSkill and LIBERO ones and the latest change
+# (each sub-env process holds up to ~1 GB).
+MAX_SIMULATORS = 3
+
+
+def _caching_backend(real_cls: type, cache: OrderedDict[str, Any]) -> type:
     from embodied_rl.envs.backend import SimulatorBackend
 
     class Shared(SimulatorBackend):
@@ -622,7 +855,10 @@ def _caching_backend(real_cls: type, cache: dict[str, Any]) -> type:
             key = repr((real_cls.__name__, dataclasses.asdict(params), cfg.task_description,
                         dataclasses.asdict(cfg.subproc), num_envs, seed))
             if key not in cache:
+                while len(cache) >= MAX_SIMULATORS:  # the least recently used goes
+                    cache.popitem(last=False)[1].close()
                 cache[key] = real_cls(cfg, params, num_envs, seed=seed)
+            cache.move_to_end(key)
             self.key, self.inner, self.num_envs = key, cache[key], num_envs
 
         def _guard(self, fn, *args):
@@ -655,45 +891,43 @@ def _caching_backend(real_cls: type, cache: dict[str, Any]) -> type:
     return Shared
 
 
-def test_every_key_is_live(walk_dir: Path, shared_simulators):
-    from embodied_rl.envs.backend import get_simulator
+def walk_order(leaves: list[Leaf]) -> list[Leaf]:
+    """Schema order, but each env.eval key right after its env.train twin: train and eval share
+    simulators (SIM_SETTINGS), so the twin's changed simulator is still cached."""
+    first: dict[tuple[str, str | None], int] = {}
+    for i, leaf in enumerate(leaves):
+        first.setdefault((leaf.path.replace("env.eval.", "env.train.", 1), leaf.sim), i)
+    return sorted(leaves, key=lambda leaf: (first[(leaf.path.replace("env.eval.", "env.train.", 1), leaf.sim)],
+                                            leaf.path.startswith("env.eval.")))
 
-    model_dir = walk_dir / "tiny-oft"
-    overrides = [*BASE_OVERRIDES, f"actor.model.model_path={model_dir}"]
-    BASE_OVERRIDES[:] = overrides
-    base = try_load(BASE, BASE_OVERRIDES)
-    assert not isinstance(base, Outcome), base.summary
+
+def test_every_key_is_live(walk_dir: Path, shared_simulators):
+    from embodied_rl.envs.backend import available_simulators, get_simulator
     from embodied_rl.runtime.train import ensure_model
 
+    BASE_OVERRIDES.append(f"actor.model.model_path={walk_dir / 'tiny-oft'}")
+    WORLD_CONTEXTS["model"] = [(f"actor.model.model_path={walk_dir / 'first-run-model'}",)]
+    base = load_in(())
+    assert not isinstance(base, Outcome), base.summary
+    _EXPERT["future"] = ThreadPoolExecutor(1).submit(_expert_episodes)  # recorded while the walk starts
     base_seed = dataclasses.replace(base, runner=dataclasses.replace(base.runner, seed=base.runner.seed + 1))
     with quiet():
         ensure_model(base_seed)  # a preset made from another seed, so re-creating one is visible
-    tree = compose(BASE, BASE_OVERRIDES)
 
-    def present(path: str) -> bool:
-        node: Any = tree
-        for part in path.split("."):
-            if not isinstance(node, dict) or part not in node:
-                return False
-            node = node[part]
-        return True
-
-    def params_cls(path: str):
-        env_type = get_path(base, path.rsplit(".", 1)[0] + ".env_type")
-        return get_simulator(env_type).params_cls
-
-    leaves = schema_leaves(RootConfig, "", params_cls)
-    walker = Walker(leaves, base, present)
+    leaves = walk_order(schema_leaves(RootConfig, "", {name: get_simulator(name).params_cls for name in available_simulators()}))
+    walker = Walker(leaves)
     only = tuple(os.environ.get("SCHEMA_WALK_ONLY", "").split(","))  # debugging: key prefixes to walk
     verdicts = []
+    t_walk = time.perf_counter()
     for leaf in leaves:
         if any(only) and not leaf.path.startswith(only):
             continue
         t0 = time.perf_counter()
         v = walker.judge(leaf)
         verdicts.append(v)
-        print(f"{'live ' if v.live else 'INERT'} {leaf.path} ({time.perf_counter() - t0:.1f} s): {v.evidence}", flush=True)
-    print("probe seconds:", {k: round(v, 1) for k, v in walker.timings.items()})
+        print(f"{'live ' if v.live else 'INERT'} {v.path} ({time.perf_counter() - t0:.1f} s): {v.evidence}", flush=True)
+    print(f"{len(verdicts)} keys in {time.perf_counter() - t_walk:.0f} s; probe seconds (calls):",
+          {k: f"{v:.1f} ({walker.calls[k]})" for k, v in walker.timings.items()})
     inert = [v for v in verdicts if not v.live]
     assert not inert, f"{len(inert)} of {len(verdicts)} keys change nothing and are not rejected:\n" + "\n".join(
         f"  {v.path}: {v.evidence}" for v in inert)

@@ -1,0 +1,175 @@
+"""The learning result, reproduced from nothing: demos -> SFT -> PPO and GRPO from the SFT policy.
+
+Task: ManiSkill3 PushCube-v1 on the CPU sim, 64 px, tiny OpenVLA-OFT preset. Every phase runs
+through the real CLI, as a user would run it:
+
+    embodied-rl demos maniskill_sft_tiny --num-demos D --out demos/push_cube_64
+    embodied-rl sft maniskill_sft_tiny runner.seed=S ...            (per seed)
+    embodied-rl export runs/sft_sS models/sft_sS
+    embodied-rl train maniskill_ppo_tiny  <from the export> runner.val_before_train=true ...
+    embodied-rl train maniskill_grpo_tiny <from the export> runner.val_before_train=true ...
+
+Held-out evaluation: env.eval draws fixed reset ids (use_fixed_reset_state_ids) from its own
+seeded stream over [0, 2^31); the demos use reset ids 0 .. D+failures. Every evaluation of a
+seed scores the same `eval_episodes` initial states, greedily.
+
+    python benchmarks/learning.py                        # the recipe of docs/LEARNING.md
+    python benchmarks/learning.py --seeds 0 --minimal    # smallest size (tests/test_learning.py)
+
+Writes <out>/results.json and <out>/learning.png and prints the before/after table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+# The RL phases start from the SFT export and evaluate on the SFT config's env (PushCube, 64 px).
+PUSH = ["env.train=maniskill_push_cube", "env.eval=maniskill_push_cube"]
+
+
+def cli(*args: str, cwd: Path, log: Path) -> float:
+    """Run `embodied-rl ARGS` in cwd (output to log); returns its wall time in seconds."""
+    t0 = time.perf_counter()
+    with open(log, "w") as f:
+        proc = subprocess.run([sys.executable, "-m", "embodied_rl.cli", *args], cwd=cwd, stdout=f, stderr=subprocess.STDOUT,
+                              env=dict(os.environ, PYTHONUNBUFFERED="1"), check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"learning: `embodied-rl {' '.join(args)}` failed ({proc.returncode}); see {log}")
+    return time.perf_counter() - t0
+
+
+def metrics(run: Path) -> dict[int, dict]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return {int(r["step"]): r for r in rows}
+
+
+def evals(run: Path) -> list[tuple[int, float, float, float]]:
+    """(step, success_once, return, episodes) of every evaluation of a run."""
+    return [(s, r["eval/success_once"], r["eval/return"], r["eval/num_trajectories"])
+            for s, r in sorted(metrics(run).items()) if "eval/success_once" in r]
+
+
+def run_seed(seed: int, a: argparse.Namespace, work: Path) -> dict:
+    logs = work / "logs"
+    eval_keys = [f"algorithm.eval_rollout_epoch={a.eval_epochs}"]
+    out: dict = {"seed": seed, "time_s": {}}
+    sft = f"sft_s{seed}"
+    out["time_s"]["sft"] = cli("sft", "maniskill_sft_tiny", f"runner.seed={seed}", f"runner.experiment_name={sft}",
+                               f"runner.max_steps={a.sft_steps}", f"runner.val_check_interval={a.sft_steps}", *eval_keys,
+                               cwd=work, log=logs / f"{sft}.log")
+    out["sft_evals"] = evals(work / "runs" / sft)
+    model = f"models/{sft}"
+    out["time_s"]["export"] = cli("export", f"runs/{sft}", model, cwd=work, log=logs / f"export_s{seed}.log")
+    start = [f"actor.model.model_path={model}", "actor.model.create_preset=null", *PUSH, f"runner.seed={seed}",
+             f"runner.max_steps={a.rl_steps}", "runner.val_before_train=true", f"runner.val_check_interval={a.eval_every}",
+             *eval_keys]
+    for algo, config in (("ppo", "maniskill_ppo_tiny"), ("grpo", "maniskill_grpo_tiny")):
+        name = f"{algo}_s{seed}"
+        out["time_s"][algo] = cli("train", config, *start, f"runner.experiment_name={name}", cwd=work, log=logs / f"{name}.log")
+        out[f"{algo}_evals"] = evals(work / "runs" / name)
+        m = metrics(work / "runs" / name)
+        out[f"{algo}_env_steps_per_step"] = _env_steps(work / "runs" / name)
+        out[f"{algo}_train"] = {s: {k: v for k, v in r.items() if k in ("env/success_once", "env/return", "train/critic/value_loss",
+                                                                         "train/actor/entropy")} for s, r in m.items() if s > 0}
+    return out
+
+
+def _env_steps(run: Path) -> int:
+    """Env steps one training step collects: sub-envs x chunk steps x chunk length x rollout epochs."""
+    import yaml
+
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    env, model = cfg["env"]["train"], cfg["actor"]["model"]
+    chunks = math.ceil(env["max_episode_steps"] / model["num_action_chunks"])
+    return env["total_num_envs"] * chunks * model["num_action_chunks"] * cfg["algorithm"]["rollout_epoch"]
+
+
+def summarise(results: list[dict]) -> str:
+    def mean_sd(xs: list[float]) -> str:
+        xs = [100 * x for x in xs]
+        return f"{statistics.mean(xs):.1f} ± {statistics.stdev(xs):.1f}" if len(xs) > 1 else f"{xs[0]:.1f}"
+
+    sft = [r["sft_evals"][-1][1] for r in results]
+    rows = ["| phase | held-out success % (mean ± sd over seeds) | change, points |", "|---|---|---|",
+            f"| SFT | {mean_sd(sft)} | |"]
+    for algo in ("ppo", "grpo"):
+        before = [r[f"{algo}_evals"][0][1] for r in results]
+        after = [r[f"{algo}_evals"][-1][1] for r in results]
+        gain = [b - a for a, b in zip(before, after)]
+        rows.append(f"| {algo.upper()} before (step 0) | {mean_sd(before)} | |")
+        rows.append(f"| {algo.upper()} after | {mean_sd(after)} | {mean_sd(gain)} |")
+    episodes = int(results[0]["sft_evals"][-1][3])
+    times = {k: statistics.mean(r["time_s"][k] for r in results) / 60 for k in results[0]["time_s"]}
+    rows.append("")
+    rows.append(f"{episodes} held-out episodes per evaluation; seeds {[r['seed'] for r in results]}; mean wall time per seed (min): "
+                + ", ".join(f"{k} {v:.1f}" for k, v in times.items()))
+    return "\n".join(rows)
+
+
+def plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for r in results:
+        s = r["seed"]
+        steps, success, _, _ = zip(*r["sft_evals"])
+        axes[0].plot(steps, [100 * x for x in success], "o-", label=f"seed {s}")
+        for algo, style in (("ppo", "-"), ("grpo", "--")):
+            ev = r[f"{algo}_evals"]
+            env_steps = [st * r[f"{algo}_env_steps_per_step"] for st, *_ in ev]
+            axes[1].plot(env_steps, [100 * e[1] for e in ev], style, marker="o", label=f"{algo.upper()} seed {s}")
+            axes[2].plot(env_steps, [e[2] for e in ev], style, marker="o", label=f"{algo.upper()} seed {s}")
+    axes[0].set(title="SFT: held-out success", xlabel="SFT optimizer steps", ylabel="success %")
+    axes[1].set(title="RL from SFT: held-out success", xlabel="env steps", ylabel="success %")
+    axes[2].set(title="RL from SFT: held-out return", xlabel="env steps", ylabel="episode return")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=Path("runs/learning"), help="working directory (demos/, models/, runs/ are made in it)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--demos", type=int, default=100, help="expert demonstrations (PushCube-v1)")
+    p.add_argument("--sft-steps", type=int, default=300, help="SFT optimizer steps of 64 samples")
+    p.add_argument("--rl-steps", type=int, default=60, help="PPO / GRPO training steps")
+    p.add_argument("--eval-every", type=int, default=20, help="RL steps between evaluations (and after the last)")
+    p.add_argument("--eval-epochs", type=int, default=16, help="eval rollout epochs: episodes = eval sub-envs x this")
+    p.add_argument("--minimal", action="store_true", help="2 demos, 1 SFT epoch, 1 RL step, 1 eval epoch: the code path only")
+    a = p.parse_args(argv)
+    if a.minimal:
+        a.demos, a.sft_steps, a.rl_steps, a.eval_every, a.eval_epochs = 2, 1, 1, 1, 1
+    work = a.out.resolve()
+    (work / "logs").mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    demo_s = 0.0
+    if not (work / "demos" / "push_cube_64").is_dir():
+        demo_s = cli("demos", "maniskill_sft_tiny", "--num-demos", str(a.demos), "--out", "demos/push_cube_64", "--quiet",
+                     cwd=work, log=work / "logs" / "demos.log")
+    results = []
+    for seed in a.seeds:
+        results.append(run_seed(seed, a, work))
+        results[-1]["time_s"]["demos"] = demo_s / len(a.seeds)
+        (work / "results.json").write_text(json.dumps({"args": {k: str(v) for k, v in vars(a).items()}, "results": results}, indent=1))
+    table = summarise(results)
+    plot(results, work / "learning.png")
+    print(table)
+    print(f"\ntotal wall time {(time.perf_counter() - t0) / 60:.1f} min; results: {work / 'results.json'}, plot: {work / 'learning.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
