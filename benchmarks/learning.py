@@ -6,12 +6,13 @@ through the real CLI, as a user would run it:
     embodied-rl demos maniskill_sft_tiny --num-demos D --out demos/push_cube_64
     embodied-rl sft maniskill_sft_tiny runner.seed=S ...            (per seed)
     embodied-rl export runs/sft_sS models/sft_sS
-    embodied-rl train maniskill_ppo_tiny  <from the export> runner.val_before_train=true ...
-    embodied-rl train maniskill_grpo_tiny <from the export> runner.val_before_train=true ...
+    embodied-rl train maniskill_ppo_tiny  <from the export, PushCube> runner.val_before_train=true ...
+    embodied-rl train maniskill_grpo_tiny <from the export, PushCube> runner.val_before_train=true ...
 
 Held-out evaluation: env.eval draws fixed reset ids (use_fixed_reset_state_ids) from its own
-seeded stream over [0, 2^31); the demos use reset ids 0 .. D+failures. Every evaluation of a
-seed scores the same `eval_episodes` initial states, greedily.
+seeded stream over [0, 2^31); the demos use reset ids 0 .. D+failures. Every evaluation (SFT,
+PPO, GRPO, every step) scores the same initial states, greedily: eval sub-envs x
+--eval-epochs episodes.
 
     python benchmarks/learning.py                        # the recipe of docs/LEARNING.md
     python benchmarks/learning.py --seeds 0 --minimal    # smallest size (tests/test_learning.py)
@@ -66,10 +67,17 @@ def run_seed(seed: int, a: argparse.Namespace, work: Path) -> dict:
                                cwd=work, log=logs / f"{sft}.log")
     out["sft_evals"] = evals(work / "runs" / sft)
     model = f"models/{sft}"
+    # Every phase evaluates the same sub-envs (reset ids depend on the run-wide sub-env index
+    # only), so SFT, PPO and GRPO are scored on the same initial states.
+    eval_envs = _config(work / "runs" / sft)["env"]["eval"]["total_num_envs"]
+    eval_keys.append(f"env.eval.total_num_envs={eval_envs}")
     out["time_s"]["export"] = cli("export", f"runs/{sft}", model, cwd=work, log=logs / f"export_s{seed}.log")
+    # RL fine-tuning of the SFT policy: twice the eval sub-envs per rollout epoch, 2 epochs per
+    # step and a small policy LR (measured: 4 episodes per step at lr 1e-4 collapse the policy).
     start = [f"actor.model.model_path={model}", "actor.model.create_preset=null", *PUSH, f"runner.seed={seed}",
              f"runner.max_steps={a.rl_steps}", "runner.val_before_train=true", f"runner.val_check_interval={a.eval_every}",
-             *eval_keys]
+             f"env.train.total_num_envs={(1 if a.minimal else 2) * eval_envs}", f"algorithm.rollout_epoch={a.rollout_epochs}",
+             f"actor.optim.lr={a.rl_lr}", *eval_keys]
     for algo, config in (("ppo", "maniskill_ppo_tiny"), ("grpo", "maniskill_grpo_tiny")):
         name = f"{algo}_s{seed}"
         out["time_s"][algo] = cli("train", config, *start, f"runner.experiment_name={name}", cwd=work, log=logs / f"{name}.log")
@@ -81,11 +89,15 @@ def run_seed(seed: int, a: argparse.Namespace, work: Path) -> dict:
     return out
 
 
-def _env_steps(run: Path) -> int:
-    """Env steps one training step collects: sub-envs x chunk steps x chunk length x rollout epochs."""
+def _config(run: Path) -> dict:
     import yaml
 
-    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    return yaml.safe_load((run / "config.yaml").read_text())
+
+
+def _env_steps(run: Path) -> int:
+    """Env steps one training step collects: sub-envs x chunk steps x chunk length x rollout epochs."""
+    cfg = _config(run)
     env, model = cfg["env"]["train"], cfg["actor"]["model"]
     chunks = math.ceil(env["max_episode_steps"] / model["num_action_chunks"])
     return env["total_num_envs"] * chunks * model["num_action_chunks"] * cfg["algorithm"]["rollout_epoch"]
@@ -145,13 +157,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--demos", type=int, default=100, help="expert demonstrations (PushCube-v1)")
     p.add_argument("--sft-steps", type=int, default=300, help="SFT optimizer steps of 64 samples")
-    p.add_argument("--rl-steps", type=int, default=60, help="PPO / GRPO training steps")
-    p.add_argument("--eval-every", type=int, default=20, help="RL steps between evaluations (and after the last)")
+    p.add_argument("--rl-steps", type=int, default=20, help="PPO / GRPO training steps")
+    p.add_argument("--rl-lr", type=float, default=3e-5, help="policy learning rate of PPO / GRPO")
+    p.add_argument("--rollout-epochs", type=int, default=2, help="rollout epochs per RL step")
+    p.add_argument("--eval-every", type=int, default=10, help="RL steps between evaluations (and after the last)")
     p.add_argument("--eval-epochs", type=int, default=16, help="eval rollout epochs: episodes = eval sub-envs x this")
     p.add_argument("--minimal", action="store_true", help="2 demos, 1 SFT epoch, 1 RL step, 1 eval epoch: the code path only")
     a = p.parse_args(argv)
     if a.minimal:
-        a.demos, a.sft_steps, a.rl_steps, a.eval_every, a.eval_epochs = 2, 1, 1, 1, 1
+        a.demos, a.sft_steps, a.rl_steps, a.eval_every, a.eval_epochs, a.rollout_epochs = 2, 1, 1, 1, 1, 1
     work = a.out.resolve()
     (work / "logs").mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

@@ -149,6 +149,8 @@ def candidates(leaf: Leaf, value: Any) -> list[Any]:
             # (action_adapter.clip [-1, 1] on ManiSkill's normalised controllers).
             changed = candidates(Leaf(leaf.path, inner, leaf.help), value)
             out = [*changed[:1], None, *changed[1:]]
+    elif typing.get_origin(tp) is list and not value:
+        out = _sample(tp, leaf.help)  # an empty list gets an item
     elif typing.get_origin(tp) is list:
         item = typing.get_args(tp)[0]
         value = list(value)

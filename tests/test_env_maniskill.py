@@ -162,6 +162,28 @@ def test_fixed_reset_ids_repeat_every_epoch_fresh_ones_do_not(holder):
     assert fixed.epoch == 1
 
 
+def test_reset_ids_do_not_depend_on_the_split_over_workers_and_stages(holder):
+    """The ids of the run's sub-envs 0..3 are the same whether one stage holds all four or four
+    stages hold one each (2 cores or 64 evaluate the same states). Only id arithmetic runs here:
+    the stand-in backend reports its size and is never stepped."""
+    from embodied_rl.envs.vector_env import ChunkedVectorEnv
+
+    class Sized:
+        def __init__(self, n: int) -> None:
+            self.num_envs, self.action_dim = n, 7
+
+        def num_reset_ids(self):
+            return None
+
+    cfg = env_cfg(use_fixed_reset_state_ids=True)
+    one = ChunkedVectorEnv(Sized(4), cfg, seed_offset=0)
+    split = [ChunkedVectorEnv(Sized(1), cfg, seed_offset=k) for k in range(4)]
+    assert [one.draw_reset_id(i, 0) for i in range(4)] == [e.draw_reset_id(0, 0) for e in split]
+    pairs = [ChunkedVectorEnv(Sized(2), env_cfg(use_fixed_reset_state_ids=True, group_size=2), seed_offset=k) for k in range(2)]
+    grouped = ChunkedVectorEnv(Sized(4), env_cfg(use_fixed_reset_state_ids=True, group_size=2), seed_offset=0)
+    assert [grouped.draw_reset_id(i, 0) for i in range(4)] == [p.draw_reset_id(i, 0) for p in pairs for i in range(2)]
+
+
 def test_set_reset_ids_for_eval(holder):
     env = vec(holder)
     env.set_reset_ids([11, 11])

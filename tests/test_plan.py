@@ -70,3 +70,17 @@ def test_resources_from_ray_totals(cpus: int, gpus: int, nodes: int, slots: int 
 def test_gpu_count_must_split_over_nodes() -> None:
     with pytest.raises(ConfigError, match="cluster.num_nodes=2: 3 GPUs"):
         from_totals(8, 3, num_nodes=2, num_cpu_slots=None, source="test")
+
+
+def test_training_loop_schedule() -> None:
+    from embodied_rl.config.plan import components, evaluates_after, saves_after
+
+    res = Resources(1, 2, "cpu")
+    cfg = load_config("maniskill_ppo_tiny", ["runner.max_steps=5", "runner.val_check_interval=2", "runner.save_interval=3",
+                                             "runner.val_before_train=true"], resources=res)
+    assert [s for s in range(6) if evaluates_after(cfg, s)] == [0, 2, 4, 5]  # before training, every 2, the last
+    assert [s for s in range(6) if saves_after(cfg, s)] == [3]  # the final save is the runner's own
+    cfg = load_config("maniskill_ppo_tiny", ["runner.max_steps=5"], resources=res)
+    assert not any(evaluates_after(cfg, s) or saves_after(cfg, s) for s in range(6))
+    assert components(cfg) == ("env", "rollout", "actor")
+    assert components(load_config("maniskill_ppo_tiny", ["runner.only_eval=true"], resources=res)) == ("env", "rollout")

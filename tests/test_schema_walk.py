@@ -33,16 +33,17 @@ run for real:
   actions never succeed, so the `episode` probe replays the scripted expert of
   embodied_rl/demos (recorded once, in the background, from its reset ids) through make_env:
   episodes that really terminate;
-- `cluster.*`, channels, rollout workers: a real RayCluster (fresh Ray session), its placement,
-  the channel wiring of build_groups and an in-process RolloutWorker;
+- `cluster.*`, channels, rollout workers: a real RayCluster (a Ray session per cluster
+  setting, kept while consecutive probes ask for the same), its placement, the channel wiring
+  of build_groups and an in-process RolloutWorker;
 - `env.<mode>.subproc.*`: the real sub-env process pool with a millisecond SubEnv, through one
   shared failure context (a sub-env whose simulator raises on consecutive steps);
-- `*.group_name`: the names of Ray actors started by WorkerGroup on a fresh RayCluster;
+- `*.group_name`: the names of Ray actors started by WorkerGroup on that RayCluster;
 - `runner.*`: the run directory and console output written by MetricsLogger, and the project
   and run name of its wandb run read back from the offline run file;
 - plan: placement, env split, chunk steps, the env modes stepped and worker groups started,
-  needs_reference and the batch-fit check of runtime/groups.py. The runner loop is not run
-  (see probe_plan).
+  the steps after which the training loop evaluates and saves, needs_reference and the
+  batch-fit check of runtime/groups.py. The runner loop itself is not run (see probe_plan).
 
 Verdict per key. Live if some accepted change gives an outcome different from the unchanged
 config's (a consumer error counts as an outcome), or if every changed value is rejected with a
@@ -52,9 +53,11 @@ Some keys only act when another is set (high_level_gamma needs bi_level_gae, lor
 is_lora) or on a first run (create_preset acts only where no checkpoint exists yet): when the
 walk base shows nothing, the walk retries in the world's contexts (a first run: the model not
 created yet), on the other experiment configs, and on top of *switch* settings of the same
-section (flags, choices, optionals), most related by name first. A context setting that,
-combined with the key's change, is rejected naming the setting also proves the key gates it.
-A key of one simulator's init_params is walked with its env mode in that simulator.
+section (flags, choices, optionals), most related by name first. Per context the probes run
+cheapest first, each on a few values: an expensive one only where the cheap ones saw nothing.
+A context setting that, combined with the key's change, is rejected naming the setting also
+proves the key gates it. A key of one simulator's init_params is walked on an experiment
+config running that simulator (SIM_BASE).
 
 Why the simulators are shared: building a sub-env process costs 5-20 s (imports, software
 Vulkan, LIBERO's scene), so the walk registers a caching entry for each simulator in the
@@ -69,9 +72,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import os
 import re
 import shutil
+import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
@@ -105,18 +110,19 @@ pytestmark = [pytest.mark.slow, pytest.mark.maniskill, pytest.mark.libero]
 
 BASE = "maniskill_ppo_tiny"
 # Small and fast, and chosen so every consumer runs: 2 env workers x 2 sub-envs, episodes
-# of 12 steps (2 chunks, truncated inside the second), 8 samples = one global batch. Image
+# of 6 steps (2 chunks of 4, truncated inside the second), 8 samples = one global batch. Image
 # sizes and simulator settings: SIM_SETTINGS below. The test appends the walk's model path.
 BASE_OVERRIDES = [
     "cluster.num_cpu_slots=2", "rollout.pipeline_stage_num=1",
     "env.train.total_num_envs=4", "env.eval.total_num_envs=4",
-    "env.train.max_episode_steps=12", "env.eval.max_episode_steps=12",
+    "env.train.max_episode_steps=6", "env.eval.max_episode_steps=6", "actor.model.num_action_chunks=4",
     "actor.micro_batch_size=4", "actor.global_batch_size=8",
     "actor.model.create_preset.image_size=56", "runner.output_dir=runs",
 ]
-# A probe runs on the walk base and on at most this many further contexts (cost-bounded);
-# cheap probes try up to MAX_TRIES accepted values per context, the others one.
-MAX_CONTEXTS = {"algorithm": 14, "plan": 8, "rundir": 8, "subproc": 4, "model": 5, "env": 2, "episode": 0,
+# A probe runs on the walk base and on at most this many further contexts (cost-bounded; the
+# world's and the other experiments' contexts come first, then switches); cheap probes try up
+# to MAX_TRIES accepted values per context, the others one.
+MAX_CONTEXTS = {"algorithm": 16, "plan": 12, "rundir": 12, "subproc": 6, "model": 6, "env": 2, "episode": 0,
                 "actor": 1, "ray": 0, "names": 0}
 # The tiny model's FSDP step takes about a second: it gets several values too (lr_warmup_steps=1
 # trains exactly like 0; 2 does not).
@@ -124,6 +130,8 @@ CHEAP = ("algorithm", "plan", "rundir", "subproc", "actor")
 MAX_TRIES = 3
 # Probes of one env mode (their outcome on a context depends on the key's mode).
 MODE_PROBES = ("env", "episode", "subproc")
+# Probes on a Ray session; it is kept between consecutive ones (see ray_cluster).
+RAY_PROBES = ("ray", "names")
 
 
 # ============================================================================ probes
@@ -157,7 +165,8 @@ def probe_plan(cfg: RootConfig, path: str) -> Any:
     plan = plan_run(cfg, detect_resources(cfg.cluster))
     n_env, n_roll = plan.env_workers, plan.rollout_workers
     out: dict[str, Any] = {"placement": {k: v.process_slots for k, v in plan.placement.components.items()},
-                           "resources": plan.resources, "batch": (cfg.actor.global_batch_size, cfg.actor.micro_batch_size)}
+                           "resources": dataclasses.replace(plan.resources, source=""),  # the text varies with a Ray session
+                           "batch": (cfg.actor.global_batch_size, cfg.actor.micro_batch_size)}
     out["rollout_of_env"] = [rollout_rank_of(e, n_env, n_roll) for e in range(n_env)]
     out["reference"] = needs_reference(cfg)
     out["modes"], out["components"] = used_modes(cfg), components(cfg)
@@ -333,21 +342,26 @@ def probe_env(cfg: RootConfig, path: str) -> Any:
     return out
 
 
-def _expert_episodes() -> list[Any]:
+def _expert_episodes(base: RootConfig) -> list[Any]:
     """Two successful episodes of the real scripted expert in the walk base's train env,
     recorded once by the demos recorder in a process of its own (the expert reads the
-    simulator's ground truth, which the pooled sub-envs keep to themselves)."""
+    simulator's ground truth, which the pooled sub-envs keep to themselves). Before it, the
+    walk base's simulator is built for the env probes (both run while the first sections,
+    whose probes use one core, are walked)."""
+    from embodied_rl.envs import make_env
+
+    per_stage, _ = probe_plan(base, "env.train")["train"]
+    make_env(base.env.train, per_stage).close()  # kept by the shared simulators
     from embodied_rl.demos.collect import collect
     from embodied_rl.demos.sources import ProcessSource
     from embodied_rl.demos.spec import DemoSpec
 
-    base = load_in(())
     spec = DemoSpec.from_config(base)
     spec = dataclasses.replace(spec, env_cfg=dataclasses.replace(spec.env_cfg, max_episode_steps=EXPERT_MAX_STEPS))
     episodes: list[Any] = []
-    collect(ProcessSource(spec, 1), num_demos=2, seed_start=0, max_attempts=8, on_demo=episodes.append)
-    assert len(episodes) == 2, "the scripted expert solved fewer than 2 of 8 episodes"
-    return episodes
+    collect(ProcessSource(spec, 1), num_demos=4, seed_start=0, max_attempts=10, on_demo=episodes.append)
+    assert len(episodes) == 4, "the scripted expert solved fewer than 4 of 10 episodes"
+    return sorted(episodes, key=lambda e: e.length)[:2]  # the shortest: fewer steps to replay
 
 
 EXPERT_MAX_STEPS = 48
@@ -357,7 +371,7 @@ _EXPERT: dict[str, Future] = {}
 def expert_episodes() -> list[Any]:
     """The recorded expert episodes; the test starts recording in the background at its start."""
     if "future" not in _EXPERT:
-        _EXPERT["future"] = ThreadPoolExecutor(1).submit(_expert_episodes)
+        _EXPERT["future"] = ThreadPoolExecutor(1).submit(_expert_episodes, load_in(()))
     return _EXPERT["future"].result()
 
 
@@ -394,18 +408,15 @@ def probe_episode(cfg: RootConfig, path: str) -> Any:
 
 
 def probe_ray(cfg: RootConfig, path: str) -> Any:
-    """A fresh RayCluster from cluster.*, its placement, build_groups' channel wiring, and an
+    """The RayCluster of cluster.*, its placement, build_groups' channel wiring, and an
     in-process RolloutWorker built with the arguments build_groups gives it."""
     import ray
 
     from embodied_rl.runtime import groups
-    from embodied_rl.runtime.worker_group import RayCluster
     from embodied_rl.workers.rollout_worker import RolloutWorker
 
-    if ray.is_initialized():
-        ray.shutdown()
     c = cfg.cluster
-    cluster = RayCluster(address=c.address, num_nodes=c.num_nodes, num_cpu_slots=c.num_cpu_slots, wait_nodes_s=3.0)
+    cluster = ray_cluster(c)
     try:
         placement = cluster.placement(c.component_placement)
         wiring = groups._wiring(cfg, run_id="walk")
@@ -426,10 +437,47 @@ def probe_ray(cfg: RootConfig, path: str) -> Any:
         return (cluster.num_slots, cluster.slots_per_node, cluster.accelerator, ray.cluster_resources().get("CPU"),
                 {k: v.process_slots for k, v in placement.components.items()}, chans,
                 (wiring.obs_queue, wiring.action_queue, wiring.trajectory_queue), rollout)
-    finally:
-        cluster.shutdown()
+    except BaseException:
+        shutdown_ray()  # its state is unknown: the next probe starts afresh
+        raise
+
+
+_RAY: dict[str, Any] = {}
+_NAMESPACES = itertools.count()
+
+
+def ray_cluster(c) -> Any:
+    """The RayCluster of cluster settings `c`, kept while consecutive Ray probes ask for the same
+    settings (a Ray session takes seconds to start); other settings get a fresh session, and
+    any other probe ends it (config loading and planning read a running session's resources)."""
+    import ray
+
+    from embodied_rl.runtime.worker_group import RayCluster
+
+    key = repr(dataclasses.asdict(c))
+    if _RAY.get("key") != key:
+        shutdown_ray()
         if ray.is_initialized():
             ray.shutdown()
+        _RAY["cluster"] = RayCluster(address=c.address, num_nodes=c.num_nodes, num_cpu_slots=c.num_cpu_slots, wait_nodes_s=3.0)
+        _RAY["key"] = key
+    return _RAY["cluster"]
+
+
+@functools.cache
+def _base_cluster() -> Any:
+    return load_in(()).cluster
+
+
+def shutdown_ray() -> None:
+    import ray
+
+    _RAY.pop("key", None)
+    cluster = _RAY.pop("cluster", None)
+    if cluster is not None:
+        cluster.shutdown()
+    if ray.is_initialized():
+        ray.shutdown()
 
 
 def probe_subproc(cfg: RootConfig, path: str) -> Any:
@@ -457,23 +505,16 @@ def probe_subproc(cfg: RootConfig, path: str) -> Any:
 
 def probe_names(cfg: RootConfig, path: str) -> Any:
     """Names of the Ray actors a WorkerGroup per component gets from its section's group_name,
-    read back from Ray, started as build_groups starts them (a namespace of the run's own) on a
-    fresh RayCluster. Covers the naming, not which key build_groups passes (starting the real
-    workers is the e2e tests' job). Its own probe: the actors cost seconds on every start."""
-    import ray
-
-    from embodied_rl.runtime.worker_group import RayCluster
-
-    if ray.is_initialized():
-        ray.shutdown()
+    read back from Ray, started as build_groups starts them (a namespace of the run's own) on
+    the RayCluster of cluster.*. Covers the naming, not which key build_groups passes (starting
+    the real workers is the e2e tests' job). Its own probe: the actors cost seconds on every start."""
     c = cfg.cluster
-    cluster = RayCluster(address=c.address, num_nodes=c.num_nodes, num_cpu_slots=c.num_cpu_slots, wait_nodes_s=3.0)
+    cluster = ray_cluster(c)
     try:
         return _actor_names(cfg, cluster, cluster.placement(c.component_placement))
-    finally:
-        cluster.shutdown()
-        if ray.is_initialized():
-            ray.shutdown()
+    except BaseException:
+        shutdown_ray()
+        raise
 
 
 def _actor_names(cfg: RootConfig, cluster, placement) -> list[str]:
@@ -488,7 +529,7 @@ def _actor_names(cfg: RootConfig, cluster, placement) -> list[str]:
         def ping(self) -> int:
             return 0
 
-    ns = f"schema-walk-{os.getpid()}"
+    ns = f"schema-walk-{os.getpid()}-{next(_NAMESPACES)}"  # a namespace per probe: no stale names
     started = []
     try:
         for component in ("env", "rollout", "actor"):
@@ -530,6 +571,16 @@ def _wandb_runs(root: Path) -> list[tuple[str, str]]:
     return out
 
 
+def _wandb_runs_written(root: Path, timeout_s: float = 30.0) -> list[tuple[str, str]]:
+    """_wandb_runs once every run file holds its run record: wandb's service process may still
+    be writing the offline file when finish() returns (seen on a loaded machine)."""
+    deadline = time.monotonic() + timeout_s
+    expected = len([d for d in root.rglob("*run-*") if d.is_dir()])  # wandb/offline-run-<time>-<id>
+    while len(runs := _wandb_runs(root)) < expected and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return runs
+
+
 def probe_rundir(cfg: RootConfig, path: str) -> Any:
     """What MetricsLogger writes for one step (files and console), timestamps masked, and the
     project and run name of its wandb run (offline: tests/conftest.py sets WANDB_MODE)."""
@@ -555,7 +606,7 @@ def probe_rundir(cfg: RootConfig, path: str) -> Any:
                         for p in root.rglob("*") if p.is_file()})
         jsonl = [p.read_text() for p in root.rglob("metrics.jsonl")]
         console = re.sub(r"\d+(\.\d+)?\s*(s|it/s|ms)\b|\d\d:\d\d(:\d\d)?", "<t>", out.getvalue())
-        return names, [re.sub(r'"time": [0-9.e+-]+', "", j) for j in jsonl], console, _wandb_runs(root)
+        return names, [re.sub(r'"time": [0-9.e+-]+', "", j) for j in jsonl], console, _wandb_runs_written(root)
     finally:
         os.chdir(here)
         _empty(root)
@@ -587,6 +638,7 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "rollout": ("plan", "env", "model", "ray"),
     "actor": ("plan", "actor", "ray"),
     "actor.model": ("model", "actor"),
+    "data": ("plan",),
     "env.group_name": ("names",), "rollout.group_name": ("names",), "actor.group_name": ("names",),
 }
 
@@ -617,8 +669,8 @@ MODES = ("train", "eval")
 SIM_SETTINGS: dict[str, dict[str, Any]] = {
     # A robot with a hand camera, so the wrist-camera keys have something to select.
     "maniskill": {"camera_heights": 32, "camera_widths": 32, "reward_mode": "normalized_dense", "robot_uids": "panda_wristcam"},
-    # One task (a sub-env builds a task's scene on first use), few settle steps.
-    "libero": {"camera_heights": 32, "camera_widths": 32, "task_ids": [0], "num_steps_wait": 2},
+    # One task (a sub-env builds a task's scene on first use), no settle steps.
+    "libero": {"camera_heights": 32, "camera_widths": 32, "task_ids": [0], "num_steps_wait": 0},
 }
 # The walk base of a key in another simulator's init_params: an experiment config running it.
 SIM_BASE = {"libero": "libero_grpo_tiny"}
@@ -699,6 +751,8 @@ class Walker:
 
     def _probe(self, name: str, cfg: RootConfig, path: str) -> Outcome:
         t0 = time.perf_counter()
+        if name not in RAY_PROBES:  # a running Ray session is what detect_resources reads
+            shutdown_ray()
         out = run_probe(PROBES[name], cfg, path)
         self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - t0
         self.calls[name] = self.calls.get(name, 0) + 1
@@ -744,7 +798,7 @@ class Walker:
         mode = section.split(".")[1] if section.startswith("env.") else "train"
         for name in [BASE, *OTHER_EXPERIMENTS]:
             ctx = () if name == BASE else (f"@{name}",)
-            if ctx != base_ctx and (leaf.sim is None or _env_type(ctx, mode) == sim):
+            if ctx != base_ctx and (not section.startswith("env.") or _env_type(ctx, mode) == sim):
                 out.append((ctx, None))
         scored = []
         for sw in self.leaves:
@@ -757,9 +811,13 @@ class Walker:
         budget = max(MAX_CONTEXTS[p] for p in route(leaf.path))
         for _, path, value, _sw in scored[:budget]:
             out.append(((*base_ctx, override(path, value, present(base_ctx, path))), path))
-        return out
+        return out[: budget + 1]
 
     def judge(self, leaf: Leaf) -> Verdict:
+        # A Ray session of the walk base's cluster settings may stay for the next key's Ray
+        # probes: configs load the same with it (same slots). Any other goes.
+        if _RAY.get("key") != repr(dataclasses.asdict(_base_cluster())):
+            shutdown_ray()
         verdict = self._judge(leaf)
         return dataclasses.replace(verdict, path=f"{leaf.path} ({leaf.sim})") if leaf.sim else verdict
 
@@ -770,43 +828,52 @@ class Walker:
             ctx_cfg = load_in(ctx)
             if isinstance(ctx_cfg, Outcome):
                 continue
-            probes = [p for p in route(leaf.path) if i <= MAX_CONTEXTS[p]]
-            cands = candidates(leaf, get_path(ctx_cfg, leaf.path))
-            rejected: list[tuple[str, str]] = []
-            tries = dict.fromkeys(probes, 0)
             where = f" on top of {' '.join(ctx)}" if ctx else ""
+            cands = candidates(leaf, get_path(ctx_cfg, leaf.path))
+            rejected: dict[str, str] = {}
+            accepted: list[tuple[str, RootConfig]] = []
             for value in cands:
                 ov = override(leaf.path, value, present(ctx, leaf.path))
                 cfg = load_in(ctx, ov)
-                if isinstance(cfg, Outcome):
-                    rejected.append((ov, cfg.summary))
-                    if switch and switch.rsplit(".", 1)[-1] in cfg.summary:  # the key gates the switch
-                        return Verdict(leaf.path, True, f"{ov}{where} rejected: {cfg.summary}")
+                if not isinstance(cfg, Outcome):
+                    accepted.append((ov, cfg))
                     continue
-                verdict = self._compare(leaf, ctx, ctx_cfg, cfg, probes, tries, ov, where, rejected, walk_base=i == 0)
+                rejected[ov] = cfg.summary
+                if switch and switch.rsplit(".", 1)[-1] in cfg.summary:  # the key gates the switch
+                    return Verdict(leaf.path, True, f"{ov}{where} rejected: {cfg.summary}")
+            # Probe by probe, cheapest first: an expensive consumer runs only where the cheap ones
+            # saw no change on any value.
+            probes = [p for p in route(leaf.path) if i <= MAX_CONTEXTS[p]]
+            for name in probes:
+                verdict = self._compare(leaf, name, ctx, ctx_cfg, accepted, rejected, where, walk_base=i == 0)
                 if verdict is not None:
                     return verdict
-                if all(t >= (MAX_TRIES if p in CHEAP else 1) for p, t in tries.items()):
-                    break
             if i == 0 and cands and len(rejected) == len(cands):
-                return Verdict(leaf.path, True, f"every changed value rejected{where}, e.g. {rejected[0][0]}: {rejected[0][1]}")
+                ov, why = next(iter(rejected.items()))
+                return Verdict(leaf.path, True, f"every changed value rejected{where}, e.g. {ov}: {why}")
             if i == 0:
                 notes.append(f"{len(cands)} values ({len(rejected)} rejected) changed none of {probes}{where}")
         notes.append(f"nor on {len(contexts) - 1} related settings")
         return Verdict(leaf.path, False, "; ".join(notes))
 
-    def _compare(self, leaf, ctx, ctx_cfg, cfg, probes, tries, ov, where, rejected, walk_base: bool) -> Verdict | None:
-        for name in probes:
-            if tries[name] >= (MAX_TRIES if name in CHEAP else 1):
-                continue  # expensive consumers see one accepted value per context
+    def _compare(self, leaf: Leaf, name: str, ctx: tuple[str, ...], ctx_cfg: RootConfig, accepted: list[tuple[str, RootConfig]],
+                 rejected: dict[str, str], where: str, walk_base: bool) -> Verdict | None:
+        """Probe `name` on up to its number of tries of the accepted values (cheap probes
+        MAX_TRIES, expensive ones one per context)."""
+        tries = 0
+        for ov, cfg in accepted:
+            if ov in rejected:  # refused by an earlier consumer
+                continue
+            if tries >= (MAX_TRIES if name in CHEAP else 1):
+                break
             base = self._base(ctx, name, ctx_cfg, leaf.path, walk_base)
             if base.rejected:
-                continue
+                return None
             got = self._probe(name, cfg, leaf.path)
             if got.rejected:  # the consumer refused the value: try the next one
-                rejected.append((ov, f"{name}: {got.summary}"))
-                return None
-            tries[name] += 1
+                rejected[ov] = f"{name}: {got.summary}"
+                continue
+            tries += 1
             if got != base:
                 return Verdict(leaf.path, True, f"{ov}{where}: probe {name} changed ({base.summary[:50]} -> {got.summary[:50]})")
         return None
@@ -818,9 +885,13 @@ class Walker:
 @pytest.fixture(scope="module")
 def walk_dir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("schema_walk")
-    cwd = Path.cwd()
+    cwd, threads = Path.cwd(), torch.get_num_threads()
     os.chdir(root)  # relative run dirs, videos and bogus paths land here, not in the checkout
+    # The tiny model's kernels are too small to share: a second thread only spins, and on a busy
+    # machine (simulator processes) it makes the in-process probes ~10x slower.
+    torch.set_num_threads(1)
     yield root
+    torch.set_num_threads(threads)
     os.chdir(cwd)
 
 
@@ -832,20 +903,27 @@ def shared_simulators():
     registry.available_simulators()  # imports the built-in backends
     real = dict(registry._SIMULATORS)
     cache: OrderedDict[str, Any] = OrderedDict()
-    wrapped = {name: _caching_backend(cls, cache) for name, cls in real.items()}
+    wrapped = {name: _caching_backend(name, cls, cache) for name, cls in real.items()}
     registry._SIMULATORS.update(wrapped)
     yield cache
+    shutdown_ray()
     registry._SIMULATORS.update(real)
+    _FAILED.clear()
     for b in cache.values():
         b.close()
 
 
-# Simulators kept alive: the walk base's ManiSkill and LIBERO ones and the latest change
-# (each sub-env process holds up to ~1 GB).
-MAX_SIMULATORS = 3
+# Memory of the simulators kept alive, in GB per sub-env process by simulator (measured RSS);
+# the least recently used simulators go first.
+MAX_SIM_GB = 8
+SIM_PROCESS_GB = {"libero": 2}
 
 
-def _caching_backend(real_cls: type, cache: OrderedDict[str, Any]) -> type:
+_CACHE_LOCK = threading.Lock()
+_FAILED: dict[str, Exception] = {}
+
+
+def _caching_backend(name: str, real_cls: type, cache: OrderedDict[str, Any]) -> type:
     from embodied_rl.envs.backend import SimulatorBackend
 
     class Shared(SimulatorBackend):
@@ -854,18 +932,28 @@ def _caching_backend(real_cls: type, cache: OrderedDict[str, Any]) -> type:
         def __init__(self, cfg, params, num_envs: int, *, seed: int) -> None:
             key = repr((real_cls.__name__, dataclasses.asdict(params), cfg.task_description,
                         dataclasses.asdict(cfg.subproc), num_envs, seed))
-            if key not in cache:
-                while len(cache) >= MAX_SIMULATORS:  # the least recently used goes
-                    cache.popitem(last=False)[1].close()
-                cache[key] = real_cls(cfg, params, num_envs, seed=seed)
-            cache.move_to_end(key)
-            self.key, self.inner, self.num_envs = key, cache[key], num_envs
+            with _CACHE_LOCK:  # the first simulator is built in the background
+                if key in _FAILED:  # the same inputs fail the same way: not built again
+                    raise _FAILED[key]
+                if key not in cache:
+                    gb = num_envs * SIM_PROCESS_GB.get(name, 1)
+                    while cache and sum(b.walk_gb for b in cache.values()) + gb > MAX_SIM_GB:
+                        cache.popitem(last=False)[1].close()
+                    try:
+                        cache[key] = real_cls(cfg, params, num_envs, seed=seed)
+                    except Exception as err:
+                        _FAILED[key] = err
+                        raise
+                    cache[key].walk_gb = gb
+                cache.move_to_end(key)
+                self.key, self.inner, self.num_envs = key, cache[key], num_envs
 
         def _guard(self, fn, *args):
             try:
                 return fn(*args)
             except BaseException:  # a broken simulator is rebuilt on next use
-                cache.pop(self.key, None)
+                with _CACHE_LOCK:
+                    cache.pop(self.key, None)
                 self.inner.close()
                 raise
 
@@ -892,13 +980,17 @@ def _caching_backend(real_cls: type, cache: OrderedDict[str, Any]) -> type:
 
 
 def walk_order(leaves: list[Leaf]) -> list[Leaf]:
-    """Schema order, but each env.eval key right after its env.train twin: train and eval share
-    simulators (SIM_SETTINGS), so the twin's changed simulator is still cached."""
+    """Schema order, but the env modes' keys last (their simulator and expert are prepared in the
+    background meanwhile), each env.eval key right after its env.train twin: train and eval
+    share simulators (SIM_SETTINGS), so the twin's changed simulator is still cached."""
     first: dict[tuple[str, str | None], int] = {}
     for i, leaf in enumerate(leaves):
         first.setdefault((leaf.path.replace("env.eval.", "env.train.", 1), leaf.sim), i)
-    return sorted(leaves, key=lambda leaf: (first[(leaf.path.replace("env.eval.", "env.train.", 1), leaf.sim)],
-                                            leaf.path.startswith("env.eval.")))
+    def key(leaf: Leaf) -> tuple:
+        twin = (leaf.path.replace("env.eval.", "env.train.", 1), leaf.sim)
+        return leaf.path.startswith(("env.train.", "env.eval.")), first[twin], leaf.path.startswith("env.eval.")
+
+    return sorted(leaves, key=key)
 
 
 def test_every_key_is_live(walk_dir: Path, shared_simulators):
@@ -909,7 +1001,6 @@ def test_every_key_is_live(walk_dir: Path, shared_simulators):
     WORLD_CONTEXTS["model"] = [(f"actor.model.model_path={walk_dir / 'first-run-model'}",)]
     base = load_in(())
     assert not isinstance(base, Outcome), base.summary
-    _EXPERT["future"] = ThreadPoolExecutor(1).submit(_expert_episodes)  # recorded while the walk starts
     base_seed = dataclasses.replace(base, runner=dataclasses.replace(base.runner, seed=base.runner.seed + 1))
     with quiet():
         ensure_model(base_seed)  # a preset made from another seed, so re-creating one is visible
@@ -917,11 +1008,12 @@ def test_every_key_is_live(walk_dir: Path, shared_simulators):
     leaves = walk_order(schema_leaves(RootConfig, "", {name: get_simulator(name).params_cls for name in available_simulators()}))
     walker = Walker(leaves)
     only = tuple(os.environ.get("SCHEMA_WALK_ONLY", "").split(","))  # debugging: key prefixes to walk
+    walked = [leaf for leaf in leaves if not any(only) or leaf.path.startswith(only)]
+    if any("episode" in route(leaf.path) for leaf in walked):  # recorded while the walk starts
+        _EXPERT["future"] = ThreadPoolExecutor(1).submit(_expert_episodes, base)
     verdicts = []
     t_walk = time.perf_counter()
-    for leaf in leaves:
-        if any(only) and not leaf.path.startswith(only):
-            continue
+    for leaf in walked:
         t0 = time.perf_counter()
         v = walker.judge(leaf)
         verdicts.append(v)

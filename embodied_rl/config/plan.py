@@ -75,7 +75,7 @@ def evaluates_after(cfg: RootConfig, step: int) -> bool:
 
 def saves_after(cfg: RootConfig, step: int) -> bool:
     """Whether a training run checkpoints after global step `step` besides the final save."""
-    return cfg.runner.save_interval > 0 and step % cfg.runner.save_interval == 0
+    return step > 0 and cfg.runner.save_interval > 0 and step % cfg.runner.save_interval == 0
 
 
 def training_rl(cfg: RootConfig) -> bool:

@@ -23,9 +23,10 @@ def make_env(env_cfg: EnvConfig, num_envs: int, *, seed_offset: int = 0, video_d
              env_worker: int = 0, stage: int = 0) -> ChunkedVectorEnv:
     """Build `num_envs` sub-envs of `env_cfg.env_type` behind the shared episode semantics.
 
-    seed_offset: distinguishes env workers/stages (RLinf: rank * stage_num + stage_id); the
-        simulator seed is `env_cfg.seed + seed_offset` and reset ids are drawn from
-        (seed, seed_offset, epoch, group, episode).
+    seed_offset: the env worker/stage index (RLinf: rank * stage_num + stage_id), whose sub-envs
+        are the run's seed_offset*num_envs .. +num_envs-1; the simulator seed is
+        `env_cfg.seed + seed_offset` and reset ids are drawn from (seed, epoch, run-wide group,
+        episode), so they do not depend on the split over workers and stages.
     video_dir: overrides `video_cfg.video_base_dir` (e.g. `<log_path>/video/eval`); a recorder
         exists only when `video_cfg.save_video` is true. Videos are tagged
         `worker<env_worker>_stage<stage>`.

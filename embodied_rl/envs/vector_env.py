@@ -11,8 +11,10 @@ Choices (documented in docs/CONFIG.md as well):
 - Termination/truncation flags are set at the step where the episode ended (not folded onto the
   chunk's last index); `done_mask` says whether any step of the chunk ended an episode.
 - Reset ids: episode k (counted from the last `reset()`) of group g in rollout epoch e (the
-  number of `reset()` calls) uses the id drawn by `default_rng([seed, seed_offset, e, g, k])`:
-  reproducible across runs and independent of the order in which sub-envs finish. A group is
+  number of `reset()` calls) uses the id drawn by `default_rng([seed, e, g, k])`, g counted over
+  all sub-envs of the run (env worker/stage `seed_offset` holds sub-envs seed_offset*N .. +N-1):
+  reproducible across runs, independent of the order in which sub-envs finish and of how the
+  sub-envs are split over workers and stages (2 or 64 cores draw the same states). A group is
   `group_size` consecutive sub-envs; its members always share ids (GRPO compares them). With
   `use_fixed_reset_state_ids` every epoch draws as epoch 0, so each rollout epoch (or
   evaluation) starts from the same states; without, every epoch starts from fresh ones.
@@ -103,7 +105,8 @@ class ChunkedVectorEnv:
     def draw_reset_id(self, env_index: int, episode_k: int) -> int:
         """Reset id of episode `episode_k` of this sub-env's group in the current epoch."""
         epoch = self._fixed_epoch if self.cfg.use_fixed_reset_state_ids else self._epoch
-        rng = np.random.default_rng([self.cfg.seed, self.seed_offset, epoch, int(self._group[env_index]), episode_k])
+        group = (self.seed_offset * self.num_envs) // self.cfg.group_size + int(self._group[env_index])
+        rng = np.random.default_rng([self.cfg.seed, epoch, group, episode_k])
         bound = self.backend.num_reset_ids() or _MAX_SEED
         return int(rng.integers(0, bound))
 
