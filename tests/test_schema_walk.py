@@ -466,7 +466,9 @@ def ray_cluster(c) -> Any:
 
 @functools.cache
 def _base_cluster() -> Any:
-    return load_in(()).cluster
+    base = load_in(())
+    assert not isinstance(base, Outcome), base.summary
+    return base.cluster
 
 
 def shutdown_ray() -> None:
@@ -1010,6 +1012,9 @@ def test_every_key_is_live(walk_dir: Path, shared_simulators):
     only = tuple(os.environ.get("SCHEMA_WALK_ONLY", "").split(","))  # debugging: key prefixes to walk
     walked = [leaf for leaf in leaves if not any(only) or leaf.path.startswith(only)]
     if any("episode" in route(leaf.path) for leaf in walked):  # recorded while the walk starts
+        import ray  # noqa: F401 - imported here, not half-imported by the thread while a load checks it
+
+        probe_plan(base, "env.train")  # the same for the modules the thread imports
         _EXPERT["future"] = ThreadPoolExecutor(1).submit(_expert_episodes, base)
     verdicts = []
     t_walk = time.perf_counter()
