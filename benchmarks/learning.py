@@ -51,10 +51,10 @@ def metrics(run: Path) -> dict[int, dict]:
     return {int(r["step"]): r for r in rows}
 
 
-def evals(run: Path) -> list[tuple[int, float, float, float]]:
-    """(step, success_once, return, episodes) of every evaluation of a run."""
+def evals(rows: dict[int, dict]) -> list[tuple[int, float, float, float]]:
+    """(step, success_once, return, episodes) of every evaluation in a run's metrics."""
     return [(s, r["eval/success_once"], r["eval/return"], r["eval/num_trajectories"])
-            for s, r in sorted(metrics(run).items()) if "eval/success_once" in r]
+            for s, r in sorted(rows.items()) if "eval/success_once" in r]
 
 
 def run_seed(seed: int, a: argparse.Namespace, work: Path) -> dict:
@@ -65,7 +65,7 @@ def run_seed(seed: int, a: argparse.Namespace, work: Path) -> dict:
     out["time_s"]["sft"] = cli("sft", "maniskill_sft_tiny", f"runner.seed={seed}", f"runner.experiment_name={sft}",
                                f"runner.max_steps={a.sft_steps}", f"runner.val_check_interval={a.sft_steps}", *eval_keys,
                                cwd=work, log=logs / f"{sft}.log")
-    out["sft_evals"] = evals(work / "runs" / sft)
+    out["sft_evals"] = evals(metrics(work / "runs" / sft))
     model = f"models/{sft}"
     # Every phase evaluates the same sub-envs (reset ids depend on the run-wide sub-env index
     # only), so SFT, PPO and GRPO are scored on the same initial states.
@@ -81,8 +81,8 @@ def run_seed(seed: int, a: argparse.Namespace, work: Path) -> dict:
     for algo, config in (("ppo", "maniskill_ppo_tiny"), ("grpo", "maniskill_grpo_tiny")):
         name = f"{algo}_s{seed}"
         out["time_s"][algo] = cli("train", config, *start, f"runner.experiment_name={name}", cwd=work, log=logs / f"{name}.log")
-        out[f"{algo}_evals"] = evals(work / "runs" / name)
         m = metrics(work / "runs" / name)
+        out[f"{algo}_evals"] = evals(m)
         out[f"{algo}_env_steps_per_step"] = _env_steps(work / "runs" / name)
         out[f"{algo}_train"] = {s: {k: v for k, v in r.items() if k in ("env/success_once", "env/return", "train/critic/value_loss",
                                                                          "train/actor/entropy")} for s, r in m.items() if s > 0}

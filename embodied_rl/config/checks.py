@@ -251,7 +251,8 @@ def _sft_data(cfg: RootConfig) -> None:
         try:
             check_demos_for(cfg, path)
         except DemoError as err:
-            raise ConfigError(f"data.train_data_paths[{i}]: {err}") from None
+            hint = f"; record them with `embodied-rl demos CONFIG --num-demos N --out {path}`" if not Path(path).exists() else ""
+            raise ConfigError(f"data.train_data_paths[{i}]: {err}{hint}") from None
 
 
 # ---- rules that need the machine --------------------------------------------------------

@@ -118,8 +118,6 @@ class _Episode:
 def _read_episodes(file: Path, manifest: DemoManifest, images: bool = True) -> list[_Episode]:
     import h5py
 
-    if not file.is_file():
-        raise DemoError(f"{file}: missing")
     main_cam, wrist_cam = manifest.cameras["main"], manifest.cameras.get("wrist")
     h, w = manifest.image_size
     out = []

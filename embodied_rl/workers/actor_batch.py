@@ -92,7 +92,12 @@ def minibatch_plan(total: int, global_batch: int, micro: int, rank: int, world: 
     same for any world size, which is what makes world size 1 and 2 train identically.
     """
     perm = torch.randperm(total, generator=generator)
-    per_rank = global_batch // world
     for start in range(0, total, global_batch):
-        mine = perm[start + rank * per_rank: start + (rank + 1) * per_rank]
-        yield [mine[i: i + micro] for i in range(0, per_rank, micro)]
+        yield rank_micro_batches(perm[start:start + global_batch], micro, rank, world)
+
+
+def rank_micro_batches(global_indices: Tensor, micro: int, rank: int, world: int) -> list[Tensor]:
+    """This rank's contiguous slice of one global minibatch, split into micro-batches."""
+    per_rank = len(global_indices) // world
+    mine = global_indices[rank * per_rank:(rank + 1) * per_rank]
+    return [mine[i: i + micro] for i in range(0, per_rank, micro)]

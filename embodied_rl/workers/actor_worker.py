@@ -44,6 +44,7 @@ from embodied_rl.workers.actor_batch import (
     flatten_batch,
     minibatch_plan,
     num_samples,
+    rank_micro_batches,
     select,
 )
 
@@ -142,9 +143,7 @@ class ActorWorker:
             raise RuntimeError("ActorWorker.setup_sft(stats) must run before sft_step")
         self.onload()
         a = self.cfg.actor
-        per_rank = a.global_batch_size // self.world_size
-        mine = self.sft_sampler.next(a.global_batch_size)[self.rank * per_rank:(self.rank + 1) * per_rank]
-        micros = [mine[i:i + a.micro_batch_size] for i in range(0, per_rank, a.micro_batch_size)]
+        micros = rank_micro_batches(self.sft_sampler.next(a.global_batch_size), a.micro_batch_size, self.rank, self.world_size)
         lr = next(g["lr"] for g in self.optimizer.param_groups if g["name"] != "value_head")
         sums: dict[str, float] = {}
         for idx in micros:
