@@ -28,7 +28,6 @@ class _Params:
     extras: dict = dataclasses.field(default_factory=dict)
 
 
-@register_simulator("cfgtest")
 class _CfgTestBackend(SimulatorBackend):  # only its params_cls is used by the loader
     params_cls = _Params
 
@@ -36,6 +35,17 @@ class _CfgTestBackend(SimulatorBackend):  # only its params_cls is used by the l
     def step(self, actions): raise NotImplementedError
     def num_reset_ids(self): return None
     def task_of(self, env_index): return ("reach", "")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cfgtest_simulator():
+    """Registered for this module only: later tests (e.g. the schema walk, which walks every
+    registered simulator) see the built-in backends alone."""
+    from embodied_rl.envs import backend
+
+    register_simulator("cfgtest")(_CfgTestBackend)
+    yield
+    backend._SIMULATORS.pop("cfgtest", None)
 
 
 EXPERIMENT = """
