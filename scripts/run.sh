@@ -17,7 +17,7 @@ case "$JOB" in
     bash scripts/setup.sh --browser
     # No path given = pyproject's testpaths (tests/); arguments select files or tests.
     # -p no:cacheprovider: a clean clone stays clean; the per-test timeout catches hangs.
-    exec .venv/bin/python -m pytest -p no:cacheprovider --timeout 900 "$@"
+    exec .venv/bin/python -m pytest -p no:cacheprovider --timeout 900 --durations=25 "$@"
     ;;
   *)
     bash scripts/setup.sh

@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import io
 import json
-import struct
-import zlib
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from wandb_support import wandb_records
 
 from embodied_rl.runtime.metrics_logger import METRICS_FILE, MetricsLogger, wandb_mode
 
@@ -30,45 +29,11 @@ def _tensorboard_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
-_WANDB_BLOCK, _WANDB_HEADER = 32768, b":W&B\xe1\xbe\x00"  # ident, magic 0xBEE1, version 0
-
-
-def _wandb_records(path: Path) -> list:
-    """The protobuf records of an offline `.wandb` transaction log.
-
-    wandb >= 0.19 has no Python reader (its Go core writes the file), so this follows the
-    format it documents: LevelDB log blocks of 32 KiB after a 7-byte header, each chunk
-    `crc32(type + data) | uint16 length | type (1 full, 2 first, 3 middle, 4 last)`, and
-    every record a `wandb_internal_pb2.Record`. Checksums are verified.
-    """
-    from wandb.proto import wandb_internal_pb2
-
-    data = path.read_bytes()
-    assert data.startswith(_WANDB_HEADER), data[:7]
-    records, pos, parts = [], len(_WANDB_HEADER), b""
-    while pos + 7 <= len(data):
-        left = _WANDB_BLOCK - pos % _WANDB_BLOCK
-        crc, size, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        if left < 7 or (crc, size, kind) == (0, 0, 0):  # block trailer padding
-            pos += left
-            continue
-        payload = data[pos + 7:pos + 7 + size]
-        assert zlib.crc32(payload, zlib.crc32(bytes([kind]))) == crc, f"bad checksum at byte {pos}"
-        parts += payload
-        pos += 7 + size
-        if kind in (1, 4):
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(parts)
-            records.append(record)
-            parts = b""
-    return records
-
-
 def _wandb_history(run_dir: Path) -> dict[int, dict[str, float]]:
     """step -> {metric: value} of the offline wandb run's logged history rows."""
     (log,) = (run_dir / "wandb").glob("offline-run-*/run-*.wandb")
     rows = {}
-    for record in _wandb_records(log):
+    for record in wandb_records(log):
         if record.WhichOneof("record_type") != "history":
             continue
         items = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}

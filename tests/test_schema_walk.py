@@ -101,6 +101,7 @@ from schema_walk_probes import (
     schema_leaves,
     try_load,
 )
+from wandb_support import wandb_runs
 
 from embodied_rl.config.loader import compose, to_dict
 from embodied_rl.config.schema import RootConfig
@@ -544,45 +545,6 @@ def _actor_names(cfg: RootConfig, cluster, placement) -> list[str]:
             group.shutdown()
 
 
-def _wandb_runs(root: Path) -> list[tuple[str, str]]:
-    """(project, run name) of every wandb run under root, read from its offline run file (.wandb:
-    a LevelDB-style log of protobuf records): what wandb would upload, not what we passed it."""
-    import struct
-
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    out = []
-    for path in sorted(root.rglob("*.wandb")):
-        data, pos, buf, block = path.read_bytes(), 7, b"", 32768  # 7-byte file header
-        while pos + 7 <= len(data):
-            left = block - pos % block
-            if left < 7:  # a block's tail too short for a record header is padding
-                pos += left
-                continue
-            _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-            if kind == 0 and length == 0:
-                pos += left
-                continue
-            buf, pos = buf + data[pos + 7:pos + 7 + length], pos + 7 + length
-            if kind in (1, 4):  # FULL or LAST fragment: a whole record
-                rec = pb.Record()
-                rec.ParseFromString(buf)
-                buf = b""
-                if rec.WhichOneof("record_type") == "run":
-                    out.append((rec.run.project, rec.run.display_name))
-    return out
-
-
-def _wandb_runs_written(root: Path, timeout_s: float = 30.0) -> list[tuple[str, str]]:
-    """_wandb_runs once every run file holds its run record: wandb's service process may still
-    be writing the offline file when finish() returns (seen on a loaded machine)."""
-    deadline = time.monotonic() + timeout_s
-    expected = len([d for d in root.rglob("*run-*") if d.is_dir()])  # wandb/offline-run-<time>-<id>
-    while len(runs := _wandb_runs(root)) < expected and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return runs
-
-
 def probe_rundir(cfg: RootConfig, path: str) -> Any:
     """What MetricsLogger writes for one step (files and console), timestamps masked, and the
     project and run name of its wandb run (offline: tests/conftest.py sets WANDB_MODE)."""
@@ -590,9 +552,8 @@ def probe_rundir(cfg: RootConfig, path: str) -> Any:
 
     from embodied_rl.runtime.metrics_logger import MetricsLogger
 
-    # One directory, emptied for each probe and never removed: wandb's service process (started
-    # by the first wandb probe, kept for the walk) resolves the relative run dir against its
-    # own working directory, which must stay this one.
+    # The probe runs in its own directory, emptied before and after, so that the relative
+    # log paths of the configs land inside it.
     root = Path.cwd() / "rundir"
     root.mkdir(exist_ok=True)
     _empty(root)
@@ -608,7 +569,7 @@ def probe_rundir(cfg: RootConfig, path: str) -> Any:
                         for p in root.rglob("*") if p.is_file()})
         jsonl = [p.read_text() for p in root.rglob("metrics.jsonl")]
         console = re.sub(r"\d+(\.\d+)?\s*(s|it/s|ms)\b|\d\d:\d\d(:\d\d)?", "<t>", out.getvalue())
-        return names, [re.sub(r'"time": [0-9.e+-]+', "", j) for j in jsonl], console, _wandb_runs_written(root)
+        return names, [re.sub(r'"time": [0-9.e+-]+', "", j) for j in jsonl], console, wandb_runs(root)
     finally:
         os.chdir(here)
         _empty(root)

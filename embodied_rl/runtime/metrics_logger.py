@@ -105,8 +105,11 @@ class MetricsLogger:
         id_file = self.run_dir / "wandb_run_id.txt"  # one wandb run per run dir, continued on resume
         run_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:8]
         id_file.write_text(run_id)
+        # Absolute: wandb's service process may have been started from another working directory
+        # (an earlier run in the same process) and resolves a relative dir against its own.
         return wandb.init(project=logger_cfg.project_name, name=logger_cfg.experiment_name, id=run_id, resume="allow",
-                          dir=str(self.run_dir), config=config, mode=mode, settings=wandb.Settings(console="off", silent=True))
+                          dir=str(self.run_dir.resolve()), config=config, mode=mode,
+                          settings=wandb.Settings(console="off", silent=True))
 
     def _make_bar(self):
         if not (hasattr(self.stream, "isatty") and self.stream.isatty()):
