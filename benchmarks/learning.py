@@ -33,6 +33,7 @@ from pathlib import Path
 
 # The RL phases start from the SFT export and evaluate on the SFT config's env (PushCube, 64 px).
 PUSH = ["env.train=maniskill_push_cube", "env.eval=maniskill_push_cube"]
+RL_CONFIGS = {"ppo": "maniskill_ppo_tiny", "grpo": "maniskill_grpo_tiny"}
 
 
 def cli(*args: str, cwd: Path, log: Path) -> float:
@@ -78,7 +79,8 @@ def run_seed(seed: int, a: argparse.Namespace, work: Path) -> dict:
              f"runner.max_steps={a.rl_steps}", "runner.val_before_train=true", f"runner.val_check_interval={a.eval_every}",
              f"env.train.total_num_envs={(1 if a.minimal else 2) * eval_envs}", f"algorithm.rollout_epoch={a.rollout_epochs}",
              f"actor.optim.lr={a.rl_lr}", *eval_keys]
-    for algo, config in (("ppo", "maniskill_ppo_tiny"), ("grpo", "maniskill_grpo_tiny")):
+    for algo in a.algos:
+        config = RL_CONFIGS[algo]
         name = f"{algo}_s{seed}"
         out["time_s"][algo] = cli("train", config, *start, f"runner.experiment_name={name}", cwd=work, log=logs / f"{name}.log")
         m = metrics(work / "runs" / name)
@@ -111,7 +113,7 @@ def summarise(results: list[dict]) -> str:
     sft = [r["sft_evals"][-1][1] for r in results]
     rows = ["| phase | held-out success % (mean ± sd over seeds) | change, points |", "|---|---|---|",
             f"| SFT | {mean_sd(sft)} | |"]
-    for algo in ("ppo", "grpo"):
+    for algo in [k for k in RL_CONFIGS if f"{k}_evals" in results[0]]:
         before = [r[f"{algo}_evals"][0][1] for r in results]
         after = [r[f"{algo}_evals"][-1][1] for r in results]
         gain = [b - a for a, b in zip(before, after)]
@@ -137,6 +139,8 @@ def plot(results: list[dict], path: Path) -> None:
         steps, success, _, _ = zip(*r["sft_evals"])
         axes[0].plot(steps, [100 * x for x in success], "o-", label=f"seed {s}")
         for algo, style in (("ppo", "-"), ("grpo", "--")):
+            if f"{algo}_evals" not in r:
+                continue
             ev = r[f"{algo}_evals"]
             env_steps = [st * r[f"{algo}_env_steps_per_step"] for st, *_ in ev]
             axes[1].plot(env_steps, [100 * e[1] for e in ev], style, marker="o", label=f"{algo.upper()} seed {s}")
@@ -162,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rollout-epochs", type=int, default=2, help="rollout epochs per RL step")
     p.add_argument("--eval-every", type=int, default=10, help="RL steps between evaluations (and after the last)")
     p.add_argument("--eval-epochs", type=int, default=16, help="eval rollout epochs: episodes = eval sub-envs x this")
+    p.add_argument("--algos", nargs="+", choices=list(RL_CONFIGS), default=list(RL_CONFIGS), help="RL phases to run from the SFT policy")
     p.add_argument("--minimal", action="store_true", help="2 demos, 1 SFT epoch, 1 RL step, 1 eval epoch: the code path only")
     a = p.parse_args(argv)
     if a.minimal:

@@ -62,7 +62,7 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
         "args",
         nargs="*",
         metavar="[CONFIG] [key=value ...]",
-        help="experiment name in configs/ or path to a YAML file (default: maniskill_ppo_tiny), "
+        help="experiment name in configs/ or path to a YAML file (default: maniskill_ppo_from_sft), "
         "then overrides: key=value sets a key, +key=value adds one to a free-form section, "
         "env.train=<name> picks an env config from env_configs/",
     )
@@ -93,7 +93,7 @@ def _train(ns: argparse.Namespace, extra: Sequence[str] = (), default: str | Non
     return main(cfg)
 
 
-@command("train", "train a policy with RL (default config: maniskill_ppo_tiny)", add_config_args)
+@command("train", "train a policy with RL (default config: maniskill_ppo_from_sft)", add_config_args)
 def train_cmd(ns: argparse.Namespace) -> int | None:
     return _train(ns)
 

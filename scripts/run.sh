@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Entry point of the README: set up this checkout (idempotent, seconds when nothing changed),
 # then run a job inside .venv.
-#   bash scripts/run.sh train [CONFIG] [key=value ...]   RL training (default: maniskill_ppo_tiny)
+#   bash scripts/run.sh train [CONFIG] [key=value ...]   RL training (default: maniskill_ppo_from_sft)
 #   bash scripts/run.sh test [pytest args ...]           the whole test suite, slow tests included
 #   bash scripts/run.sh <embodied-rl subcommand> ...     eval, review, make-model, print-config
 set -euo pipefail

@@ -70,7 +70,7 @@ def test_train_and_eval_dispatch_to_runtime_with_saved_config(fake_entry, tmp_pa
     (_, train_cfg), (_, eval_cfg) = calls
     assert isinstance(train_cfg, RootConfig) and train_cfg.runner.max_steps == 2 and not train_cfg.runner.only_eval
     assert eval_cfg.runner.only_eval and eval_cfg.algorithm.adv_type == "grpo"
-    saved = yaml.safe_load((tmp_path / "maniskill_ppo_tiny" / "config.yaml").read_text())
+    saved = yaml.safe_load((tmp_path / "maniskill_ppo_from_sft" / "config.yaml").read_text())
     assert saved["runner"]["max_steps"] == 2  # the resolved config sits next to the run
 
 

@@ -1,8 +1,9 @@
 """Every experiment config in configs/ trains and evaluates as shipped.
 
 Each runs through the real CLI in a fresh working directory (its model is created there on
-first use, as on a fresh clone) with no override beyond the step count and the run name:
-2 training steps, then `embodied-rl eval` of the checkpoint they wrote.
+first use, as on a fresh clone, or is the checkpoint shipped in models/) with no override
+beyond the step count and the run name: 2 training steps, then `embodied-rl eval` of the
+checkpoint they wrote.
 """
 from __future__ import annotations
 
@@ -21,11 +22,25 @@ SHIPPED = available(CONFIG_DIR)
 
 
 def test_configs_are_found() -> None:
-    assert {"maniskill_ppo_tiny", "maniskill_grpo_tiny", "libero_grpo_tiny", "maniskill_sft_tiny"} <= set(SHIPPED)
+    assert {"maniskill_ppo_from_sft", "maniskill_ppo_tiny", "maniskill_grpo_tiny", "libero_grpo_tiny",
+            "maniskill_sft_tiny"} <= set(SHIPPED)
 
 
 def _sidecars(run: Path, mode: str) -> dict[str, list[Path]]:
     return {d.name: sorted(d.glob("*.json")) for d in sorted((run / "video" / mode).glob("step_*"))}
+
+
+def _check_start_policy(cfg, before: dict, run: Path) -> None:
+    """The evaluation before the first update scores the policy the config starts from; a shipped
+    SFT checkpoint must succeed on initial states its demonstrations did not use."""
+    assert before["eval/num_trajectories"] >= 16, before
+    manifest = Path(cfg.actor.model.model_path) / "demos_manifest.json"
+    if not manifest.is_file():
+        return
+    demo_ids = {e["reset_id"] for e in json.loads(manifest.read_text())["episodes"]}
+    eval_ids = {e["reset_id"] for p in _sidecars(run, "eval")["step_000000"] for e in json.loads(p.read_text())["episodes"]}
+    assert eval_ids and not eval_ids & demo_ids, (eval_ids, demo_ids)
+    assert before["eval/success_once"] > 0.0, before
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -36,7 +51,9 @@ def test_shipped_config_trains_two_steps_and_evaluates(name: str, tmp_path: Path
     run_cli("train", name, "runner.max_steps=2", f"runner.experiment_name={name}", cwd=tmp_path)
     run = tmp_path / "runs" / name
     metrics = read_metrics(run)
-    assert sorted(metrics) == [1, 2]
+    assert sorted(metrics) == ([0] if cfg.runner.val_before_train else []) + [1, 2]
+    if cfg.runner.val_before_train:
+        _check_start_policy(cfg, metrics[0], run)
     for step in (1, 2):
         losses = {k: v for k, v in metrics[step].items() if k.startswith("train/")}
         assert losses and all(math.isfinite(v) for v in losses.values()), losses
@@ -49,7 +66,9 @@ def test_shipped_config_trains_two_steps_and_evaluates(name: str, tmp_path: Path
         sidecar = json.loads(train_videos["step_000001"][0].read_text())
         assert sidecar["global_step"] == 1
 
-    run_cli("eval", name, f"runner.experiment_name={name}_eval", f"runner.ckpt_path=runs/{name}", cwd=tmp_path)
+    # Eval-only on the checkpoint, at its smallest (one rollout epoch).
+    run_cli("eval", name, f"runner.experiment_name={name}_eval", f"runner.ckpt_path=runs/{name}",
+            "algorithm.eval_rollout_epoch=1", cwd=tmp_path)
     evaluated = read_metrics(tmp_path / "runs" / f"{name}_eval")
     (row,) = evaluated.values()
     assert 0.0 <= row["eval/success_once"] <= 1.0 and row["eval/num_trajectories"] >= 1

@@ -29,9 +29,20 @@ from embodied_rl.errors import ConfigError
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIR = REPO_ROOT / "configs"
 ENV_CONFIG_DIR = REPO_ROOT / "env_configs"
-DEFAULT_EXPERIMENT = "maniskill_ppo_tiny"
+DEFAULT_EXPERIMENT = "maniskill_ppo_from_sft"
 ENV_SECTIONS = ("train", "eval")
 _DEFAULTS_ENTRY = re.compile(r"^env/(?P<name>[\w.-]+)@env\.(?P<section>train|eval)$")
+
+
+def _repo_path(relative: str) -> str:
+    """`${repo:models/x}`: a path inside this checkout, so shipped configs find shipped files
+    (checkpoints in models/) from any working directory; other paths stay relative to it."""
+    if Path(relative).is_absolute() or ".." in Path(relative).parts:
+        raise ValueError(f"${{repo:{relative}}} takes a path inside the checkout, like models/<name>")
+    return str(REPO_ROOT / relative)
+
+
+OmegaConf.register_new_resolver("repo", _repo_path, replace=True)
 
 
 def available(directory: Path) -> list[str]:

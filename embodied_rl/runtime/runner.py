@@ -26,9 +26,15 @@ import ray
 
 from embodied_rl.algorithms import RunningRewardStats, compute_advantages
 from embodied_rl.config.loader import to_yaml
-from embodied_rl.config.plan import chunk_steps_per_epoch, components, evaluates_after, saves_after
+from embodied_rl.config.plan import (
+    chunk_steps_per_epoch,
+    components,
+    evaluates_after,
+    saves_after,
+)
 from embodied_rl.config.schema import RootConfig
 from embodied_rl.envs.metrics import merge_metrics
+from embodied_rl.evaluation.intervals import add_success_intervals, format_rate
 from embodied_rl.runtime import checkpoint as ckpt
 from embodied_rl.runtime.groups import Groups, build_groups
 from embodied_rl.runtime.metrics_logger import MetricsLogger
@@ -175,7 +181,7 @@ class EmbodiedRunner:
             _, env_out, roll_times = self.rollout("eval", ids[k] if ids else None, fixed_epoch=k, video=k == 0)
             parts += env_out
             times = {key: times.get(key, 0.0) + v for key, v in roll_times.items()}
-        metrics = {**_merge_env_metrics(parts, prefix="eval"), **times}
+        metrics = {**add_success_intervals(_merge_env_metrics(parts, prefix="eval"), "eval"), **times}
         metrics["time/eval_s"] = time.perf_counter() - t0
         return metrics
 
@@ -305,8 +311,8 @@ def _eval_change(first: tuple[int, dict[str, float]], last: tuple[int, dict[str,
     (s0, m0), (s1, m1) = first, last
     a, b = m0.get("eval/success_once", math.nan), m1.get("eval/success_once", math.nan)
     n0, n1 = int(m0.get("eval/num_trajectories", 0)), int(m1.get("eval/num_trajectories", 0))
-    return (f"eval success: {a:.3f} at step {s0} ({n0} episodes) -> {b:.3f} at step {s1} ({n1} episodes): "
-            f"{100 * (b - a):+.1f} points")
+    return (f"eval success (95 % Wilson interval): {format_rate(round(a * n0), n0)} at step {s0} -> "
+            f"{format_rate(round(b * n1), n1)} at step {s1}: {100 * (b - a):+.1f} points")
 
 
 def _merge_env_metrics(parts: list[dict[str, float]], prefix: str) -> dict[str, float]:
