@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from embodied_rl.evaluation.intervals import wilson_interval
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -107,6 +109,9 @@ def make_fixture_run(base: Path) -> Path:
     (broken / "corrupt_sidecar.json").write_text('{"schema_version": 1, "episodes": [')
     lines = [{"step": s, "env/success_once": s / 4, "env/return": 0.5 * s, "time/step": 1.0} for s in (1, 2, 3)]
     lines.append({"step": 2, "eval/env/success_once": 1.0, "eval/env/return": 1.9})
+    low, high = wilson_interval(4, 8)  # an evaluation as the runner logs it: 4 of 8 episodes
+    lines.append({"step": 2, "eval/success_once": 0.5, "eval/num_trajectories": 8.0,
+                  "eval/success_once_ci95_low": low, "eval/success_once_ci95_high": high})
     (run / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     return run
 

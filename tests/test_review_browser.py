@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 from browser_support import launch_chromium, make_fixture_run, start_cli_server, stop
 
+from embodied_rl.evaluation.intervals import wilson_interval
+
 pytestmark = pytest.mark.browser
 
 # The fixture: 3 recorded videos x 3 episodes + 2 videos whose sidecar is missing/corrupt.
@@ -108,6 +110,12 @@ def test_page_filters_plays_compares(browser, server, tmp_path):
     page.click("button[data-view='curves']")
     assert page.locator("#charts svg.plot").count() == 2
     assert "env/success_once" in page.locator("#charts .legend").first.inner_text()
+    # The evaluation's success rate carries its 95 % interval: an error bar and the tooltip.
+    assert page.locator("#charts path.ci").count() == 1
+    page.screenshot(path=str(tmp_path / "review_curves.png"), full_page=True)
+    tips = page.eval_on_selector_all("#charts circle.point title", "ts => ts.map(t => t.textContent)")
+    low, high = wilson_interval(4, 8)
+    assert any(t.startswith("eval/success_once\n") and f"(95 % CI {low:.3f}-{high:.3f}, 8 episodes)" in t for t in tips), tips
     page.locator("#charts circle.point").first.dispatch_event("click")  # env/success_once, step 1
     page.wait_for_selector("#view-episodes:not([hidden])")
     steps = page.eval_on_selector_all("#episode-table tr.episode td:nth-child(3)", "tds => tds.map(t => t.textContent)")

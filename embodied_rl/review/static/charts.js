@@ -39,10 +39,25 @@
         for (const [key, points] of Object.entries(run.metrics)) {
           if (!test(key)) continue;
           const mode = key.startsWith("eval/") ? "eval" : "train";
-          out.push({ label: (many ? run.name + ": " : "") + key, points: points, run: run.id, mode: mode });
+          out.push({ label: (many ? run.name + ": " : "") + key, points: points, run: run.id, mode: mode,
+                     interval: this.interval(run.metrics, key) });
         }
       }
       return out;
+    }
+
+    // step -> [low, high, episodes] of a success rate's 95 % Wilson interval, when the run
+    // logged one (`<prefix>/success_once_ci95_low[/task]`, as the runner does for evaluations).
+    interval(metrics, key) {
+      const m = key.match(/^(.*\/success(?:_once|_at_end))(\/.*)?$/);
+      if (!m) return null;
+      const [head, task] = [m[1], m[2] || ""];
+      const low = metrics[`${head}_ci95_low${task}`], high = metrics[`${head}_ci95_high${task}`];
+      if (!low || !high) return null;
+      const count = metrics[head.replace(/success(_once|_at_end)$/, "num_trajectories") + task] || [];
+      const at = (pts) => new Map(pts.map(([s, v]) => [s, v]));
+      const [lo, hi, n] = [at(low), at(high), at(count)];
+      return new Map([...lo.keys()].filter((s) => hi.has(s)).map((s) => [s, [lo.get(s), hi.get(s), n.get(s)]]));
     }
 
     // Success rate and mean return of the recorded episodes, per run, mode and step. Finished
@@ -115,16 +130,23 @@
         const path = s.points.map((p, j) => `${j ? "L" : "M"}${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join("");
         root.append(svg("path", { d: path, stroke: color, class: "line" + (s.dashed ? " dashed" : "") }));
         for (const [x, y] of s.points) {
+          const ci = s.interval && s.interval.get(x);
+          if (ci) {  // error bar: the 95 % interval of this evaluation's success rate
+            const [cx, ylo, yhi] = [sx(x), sy(Math.max(ci[0], y0)), sy(Math.min(ci[1], y1))];
+            root.append(svg("path", { d: `M${cx - 4},${ylo}H${cx + 4}M${cx},${ylo}V${yhi}M${cx - 4},${yhi}H${cx + 4}`,
+                                      stroke: color, class: "ci" }));
+          }
           const dot = svg("circle", { cx: sx(x), cy: sy(y), r: 3.5, fill: color, class: "point" });
           const tip = svg("title");
-          tip.textContent = `${s.label}\nstep ${x}: ${R.num(y, 4)}\n(click: list this step's episodes)`;
+          const detail = ci ? ` (95 % CI ${R.num(ci[0], 3)}-${R.num(ci[1], 3)}${ci[2] ? `, ${ci[2]} episodes` : ""})` : "";
+          tip.textContent = `${s.label}\nstep ${x}: ${R.num(y, 4)}${detail}\n(click: list this step's episodes)`;
           dot.append(tip);
           dot.addEventListener("click", () => { this.app.setView("episodes"); this.app.episodes.showStep(s.run, x, s.mode); });
           root.append(dot);
         }
         const swatch = el("span", { className: "swatch" });
         swatch.style.background = color;
-        legend.append(el("span", { className: "legend-item" }, [swatch, s.label]));
+        legend.append(el("span", { className: "legend-item" }, [swatch, s.interval ? `${s.label} (bars: 95 % CI)` : s.label]));
       });
       box.append(root, legend);
       return box;
