@@ -73,3 +73,7 @@ def test_shipped_config_trains_two_steps_and_evaluates(name: str, tmp_path: Path
     (row,) = evaluated.values()
     assert 0.0 <= row["eval/success_once"] <= 1.0 and row["eval/num_trajectories"] >= 1
     assert any(_sidecars(tmp_path / "runs" / f"{name}_eval", "eval").values())
+    # The versions behind the numbers, as the env workers saw them.
+    for run_dir in (run, tmp_path / "runs" / f"{name}_eval"):
+        (facts,) = json.loads((run_dir / "environment.json").read_text())["env_workers"]
+        assert facts["packages"]["mani-skill"] and facts["packages"]["libero"] and facts["render"]["MUJOCO_GL"]

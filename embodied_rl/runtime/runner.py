@@ -35,6 +35,7 @@ from embodied_rl.config.plan import (
 from embodied_rl.config.schema import RootConfig
 from embodied_rl.envs.metrics import merge_metrics
 from embodied_rl.evaluation.intervals import add_success_intervals, format_rate
+from embodied_rl.evaluation.provenance import write_environment
 from embodied_rl.runtime import checkpoint as ckpt
 from embodied_rl.runtime.groups import Groups, build_groups
 from embodied_rl.runtime.metrics_logger import MetricsLogger
@@ -65,6 +66,7 @@ class EmbodiedRunner:
         seed_everything(cfg.runner.seed)
         video_dirs = {"train": cfg.env.train.video_cfg.video_base_dir, "eval": cfg.env.eval.video_cfg.video_base_dir}
         self.groups = build_groups(cfg, with_actor="actor" in components(cfg), run_name=self.run_name, video_dirs=video_dirs)
+        write_environment(self.run_dir, self.groups.env.run("simulator_facts"))
         if self.sft:
             from embodied_rl.demos.sft_data import sft_statistics
 

@@ -13,6 +13,7 @@ import time
 from embodied_rl.config.schema.env import EnvConfig
 from embodied_rl.envs import ChunkedVectorEnv, make_env
 from embodied_rl.envs.metrics import merge_metrics
+from embodied_rl.evaluation.provenance import simulator_facts
 from embodied_rl.runtime.channel import Channel
 from embodied_rl.runtime.placement import envs_per_worker, rollout_rank_of
 from embodied_rl.workers.messages import (
@@ -82,6 +83,10 @@ class EnvWorker:
     def num_reset_ids(self, mode: str = "eval") -> int | None:
         """Distinct initial states of the `mode` envs (None = unbounded, e.g. ManiSkill seeds)."""
         return self._stage_envs(mode)[0].backend.num_reset_ids()
+
+    def simulator_facts(self) -> dict:
+        """Simulator, renderer and package versions of this process (the run's environment.json)."""
+        return simulator_facts()
 
     def num_envs(self, mode: str = "train") -> int:
         return self.per_stage[mode] * self.stages
