@@ -37,6 +37,9 @@ CASES: list[tuple[str, list[str], str]] = [
     ("train", ["cluster.component_placement={env: all, rollout: all}"], "cluster.component_placement has no entry for 'actor'"),
     ("train", ["cluster.component_placement={actor: all, env: 0, rollout: 0-1}"], "env processes must be a multiple of 2 rollout processes"),
     ("train", ["cluster.component_placement=actor"], "takes a mapping, got 'actor'; quote the whole override"),
+    # held-out evaluation
+    ("eval", ["env.eval.reset_id_split=train"], "env.eval.reset_id_split=train shares initial states with env.train.reset_id_split=train"),
+    ("train", ["env.train.reset_id_split=all"], "env.eval.reset_id_split=eval shares initial states with env.train.reset_id_split=all"),
     # episodes and groups
     ("train", ["env.train.max_episode_steps=0"], "env.train.max_episode_steps: must be >= 1"),
     ("train", ["algorithm.group_size=2"], "algorithm.group_size=2 and env.train.group_size=1 must be equal"),

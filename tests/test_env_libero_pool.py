@@ -135,7 +135,7 @@ def test_success_pays_reward_coef_once_with_rel_reward(bowl_backend, use_rel_rew
     cfg = EnvConfig(env_type="libero", max_episode_steps=8, reward_coef=5.0, ignore_terminations=True,
                     use_rel_reward=use_rel_reward,
                     action_adapter=ActionAdapterConfig(gripper=GripperConfig(convention="flip_binarize")))
-    env = ChunkedVectorEnv(bowl_backend, cfg)
+    env = ChunkedVectorEnv(bowl_backend, cfg, reset_id_space=range(50))
     env.set_reset_ids([0])
     env.reset()
     actions = np.zeros((1, 8, 7), np.float32)

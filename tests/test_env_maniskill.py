@@ -20,6 +20,7 @@ from embodied_rl.envs.maniskill import (
     ManiSkillParams,
     MissingAssetError,
 )
+from embodied_rl.envs.reset_split import seed_split
 
 pytestmark = pytest.mark.maniskill
 
@@ -60,7 +61,7 @@ def holder():
 
 
 def vec(holder, **kw) -> ChunkedVectorEnv:
-    return ChunkedVectorEnv(holder.backend, env_cfg(**kw))
+    return ChunkedVectorEnv(holder.backend, env_cfg(**kw), reset_id_space=seed_split("train"))
 
 
 def random_chunk(c: int, seed: int = 0) -> np.ndarray:
@@ -175,12 +176,13 @@ def test_reset_ids_do_not_depend_on_the_split_over_workers_and_stages(holder):
         def num_reset_ids(self):
             return None
 
-    cfg = env_cfg(use_fixed_reset_state_ids=True)
-    one = ChunkedVectorEnv(Sized(4), cfg, seed_offset=0)
-    split = [ChunkedVectorEnv(Sized(1), cfg, seed_offset=k) for k in range(4)]
+    cfg, space = env_cfg(use_fixed_reset_state_ids=True), seed_split("train")
+    one = ChunkedVectorEnv(Sized(4), cfg, reset_id_space=space, seed_offset=0)
+    split = [ChunkedVectorEnv(Sized(1), cfg, reset_id_space=space, seed_offset=k) for k in range(4)]
     assert [one.draw_reset_id(i, 0) for i in range(4)] == [e.draw_reset_id(0, 0) for e in split]
-    pairs = [ChunkedVectorEnv(Sized(2), env_cfg(use_fixed_reset_state_ids=True, group_size=2), seed_offset=k) for k in range(2)]
-    grouped = ChunkedVectorEnv(Sized(4), env_cfg(use_fixed_reset_state_ids=True, group_size=2), seed_offset=0)
+    grouped_cfg = env_cfg(use_fixed_reset_state_ids=True, group_size=2)
+    pairs = [ChunkedVectorEnv(Sized(2), grouped_cfg, reset_id_space=space, seed_offset=k) for k in range(2)]
+    grouped = ChunkedVectorEnv(Sized(4), grouped_cfg, reset_id_space=space, seed_offset=0)
     assert [grouped.draw_reset_id(i, 0) for i in range(4)] == [p.draw_reset_id(i, 0) for p in pairs for i in range(2)]
 
 

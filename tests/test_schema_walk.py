@@ -933,6 +933,10 @@ def _caching_backend(name: str, real_cls: type, cache: OrderedDict[str, Any]) ->
         def num_reset_ids(self):
             return self.inner.num_reset_ids()
 
+        @classmethod
+        def reset_id_space(cls, params, split: str):
+            return real_cls.reset_id_space(params, split)
+
         def task_of(self, env_index: int):
             return self.inner.task_of(env_index)
 

@@ -38,8 +38,8 @@ def _check_start_policy(cfg, before: dict, run: Path) -> None:
     if not manifest.is_file():
         return
     demo_ids = {e["reset_id"] for e in json.loads(manifest.read_text())["episodes"]}
-    eval_ids = {e["reset_id"] for p in _sidecars(run, "eval")["step_000000"] for e in json.loads(p.read_text())["episodes"]}
-    assert eval_ids and not eval_ids & demo_ids, (eval_ids, demo_ids)
+    eval_ids = set(json.loads((run / "reset_ids.json").read_text())["eval"]["ids"])
+    assert len(eval_ids) == before["eval/num_trajectories"] and not eval_ids & demo_ids, (eval_ids, demo_ids)
     assert before["eval/success_once"] > 0.0, before
 
 
@@ -73,6 +73,10 @@ def test_shipped_config_trains_two_steps_and_evaluates(name: str, tmp_path: Path
     (row,) = evaluated.values()
     assert 0.0 <= row["eval/success_once"] <= 1.0 and row["eval/num_trajectories"] >= 1
     assert any(_sidecars(tmp_path / "runs" / f"{name}_eval", "eval").values())
+    # The run records the initial states it trained and evaluated on: never the same ones.
+    used = json.loads((run / "reset_ids.json").read_text())
+    assert {m: u["reset_id_split"] for m, u in used.items()} == {m: m for m in used} and used["eval" if "eval" in used else "train"]["ids"]
+    assert not set(used.get("train", {}).get("ids", [])) & set(used.get("eval", {}).get("ids", []))
     # The versions behind the numbers, as the env workers saw them.
     for run_dir in (run, tmp_path / "runs" / f"{name}_eval"):
         (facts,) = json.loads((run_dir / "environment.json").read_text())["env_workers"]

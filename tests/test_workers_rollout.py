@@ -14,6 +14,7 @@ from ray_fixtures import ray_session  # noqa: F401
 from embodied_rl.config.schema.env import EnvConfig
 from embodied_rl.config.schema.model import ModelConfig
 from embodied_rl.envs.maniskill import ManiSkillParams
+from embodied_rl.envs.reset_split import EVAL_SEEDS_START
 from embodied_rl.models.cli import make_model_main
 from embodied_rl.runtime.channel import Channel
 from embodied_rl.runtime.worker_group import RayCluster, WorkerError, WorkerGroup
@@ -55,7 +56,7 @@ def workers(ray_session, model_cfg):  # noqa: F811
                            trajectories=Channel.create("actor_test", queue_size=0), obs_queue="obs", action_queue="act",
                            trajectory_queue="replay")
     envs = WorkerGroup(EnvWorker, cluster, placement, "env", kwargs={
-        "env_cfgs": {"train": env_cfg(), "eval": env_cfg(auto_reset=False, ignore_terminations=True)},
+        "env_cfgs": {"train": env_cfg(), "eval": env_cfg(auto_reset=False, ignore_terminations=True, reset_id_split="eval")},
         "wiring": wiring, "num_rollout_workers": 1, "pipeline_stage_num": STAGES})
     rollouts = WorkerGroup(RolloutWorker, cluster, placement, "rollout", kwargs={
         "model_cfg": model_cfg, "wiring": wiring, "num_env_workers": 1, "pipeline_stage_num": STAGES,
@@ -114,7 +115,7 @@ def test_eval_mode_fixed_reset_ids_keeps_no_trajectory(workers):
     assert envs.run("get_state") == [{"train": [0, 0]}]  # one train epoch per stage, kept on release
     envs.run("set_state", {"train": [4, 4]})
     assert envs.run("get_state") == [{"train": [4, 4]}]
-    env_metrics, (traj, _) = run_epoch(envs, rollouts, "eval", reset_ids=[5, 7])
+    env_metrics, (traj, _) = run_epoch(envs, rollouts, "eval", reset_ids=[EVAL_SEEDS_START + 5, EVAL_SEEDS_START + 7])
     assert traj is None and env_metrics["env/num_trajectories"] == N  # truncated at T*C steps
     assert envs.run("get_state") == [{"train": [4, 4], "eval": [0, 0]}]
 

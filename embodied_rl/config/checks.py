@@ -110,6 +110,20 @@ def _env_episodes(cfg: RootConfig) -> None:
 
 
 @config_check
+def _held_out_eval(cfg: RootConfig) -> None:
+    """Evaluation starts from states training never draws, unless env.eval says `all`."""
+    from embodied_rl.envs.reset_split import overlaps
+
+    train, ev = cfg.env.train.reset_id_split, cfg.env.eval.reset_id_split
+    if overlaps(train, ev) and ev != "all":
+        raise ConfigError(
+            f"env.eval.reset_id_split={ev} shares initial states with env.train.reset_id_split={train}: evaluation "
+            f"would not be held out; use env.train.reset_id_split=train and env.eval.reset_id_split=eval, or "
+            f"env.eval.reset_id_split=all to evaluate on every state, training states included (LIBERO's official protocol)"
+        )
+
+
+@config_check
 def _group_sizes(cfg: RootConfig) -> None:
     a, env = cfg.algorithm, cfg.env.train
     if training_rl(cfg) and a.group_size != env.group_size:

@@ -171,7 +171,7 @@ def compose(name_or_path: str, overrides: Sequence[str] = ()) -> dict[str, Any]:
     dirs = env_config_dirs(experiment)
     for section, name in picks.items():
         env_yaml = read_yaml(find_env_config(name, section, dirs))
-        tree["env"][section] = deep_merge(dataclasses.asdict(EnvConfig()), env_yaml)
+        tree["env"][section] = deep_merge(tree["env"][section], env_yaml)  # the section's schema defaults
     _drop_replaced(tree, raw)
     tree = deep_merge(tree, raw)
     for ov in parsed:

@@ -52,9 +52,10 @@ def make_env(env_cfg: EnvConfig, num_envs: int, *, seed_offset: int = 0, video_d
             info_on_video=env_cfg.video_cfg.info_on_video, tag=f"worker{env_worker}_stage{stage}",
             simulator=env_cfg.env_type, env_worker=env_worker, stage=stage,
         )
+    space = backend_cls.reset_id_space(params, env_cfg.reset_id_split)
     backend = backend_cls(env_cfg, params, num_envs, seed=env_cfg.seed + seed_offset)
     try:
-        return ChunkedVectorEnv(backend, env_cfg, seed_offset=seed_offset, recorder=recorder)
+        return ChunkedVectorEnv(backend, env_cfg, reset_id_space=space, seed_offset=seed_offset, recorder=recorder)
     except BaseException:
         backend.close()
         raise

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from embodied_rl.envs.messages import EnvObservation
+from embodied_rl.envs.reset_split import seed_split
 
 
 @dataclass
@@ -105,6 +106,12 @@ class SimulatorBackend(ABC):
     @abstractmethod
     def task_of(self, env_index: int) -> tuple[str, str]:
         """(task_id, instruction) the sub-env is currently running."""
+
+    @classmethod
+    def reset_id_space(cls, params: Any, split: str) -> Sequence[int]:
+        """The reset ids `split` (env.<mode>.reset_id_split) draws from; train and eval are
+        disjoint. Default: reset ids are seeds (envs/reset_split.py)."""
+        return seed_split(split)
 
     def close(self) -> None:
         """Release simulator processes and contexts."""

@@ -11,7 +11,8 @@ Choices (documented in docs/CONFIG.md as well):
 - Termination/truncation flags are set at the step where the episode ended (not folded onto the
   chunk's last index); `done_mask` says whether any step of the chunk ended an episode.
 - Reset ids: episode k (counted from the last `reset()`) of group g in rollout epoch e (the
-  number of `reset()` calls) uses the id drawn by `default_rng([seed, e, g, k])`, g counted over
+  number of `reset()` calls) uses the id at the index drawn by `default_rng([seed, e, g, k])`
+  among the ids of `reset_id_split` (envs/reset_split.py: train and eval disjoint), g counted over
   all sub-envs of the run (env worker/stage `seed_offset` holds sub-envs seed_offset*N .. +N-1):
   reproducible across runs, independent of the order in which sub-envs finish and of how the
   sub-envs are split over workers and stages (2 or 64 cores draw the same states). A group is
@@ -36,7 +37,6 @@ from embodied_rl.envs.messages import ChunkStepResult, EnvObservation, EpisodeSu
 from embodied_rl.envs.metrics import episode_metrics
 from embodied_rl.errors import ConfigError
 
-_MAX_SEED = 2**31 - 1
 # use_fixed_reset_state_ids: every epoch draws the ids of the first one.
 FIXED_EPOCH = 0
 
@@ -62,10 +62,15 @@ def _copy_obs(obs: EnvObservation) -> EnvObservation:
 class ChunkedVectorEnv:
     """N sub-envs of one backend stepped in action chunks [N, C, A] (policy action space)."""
 
-    def __init__(self, backend: SimulatorBackend, cfg: EnvConfig, *, seed_offset: int = 0, recorder=None) -> None:
+    def __init__(self, backend: SimulatorBackend, cfg: EnvConfig, *, reset_id_space: Sequence[int],
+                 seed_offset: int = 0, recorder=None) -> None:
         n = backend.num_envs
         self.validate(cfg, n)
+        if len(reset_id_space) == 0:
+            raise ConfigError(f"env: reset_id_split={cfg.reset_id_split} has no initial states for these tasks")
         self.backend, self.cfg, self.num_envs = backend, cfg, n
+        self.reset_id_space = reset_id_space  # the ids of cfg.reset_id_split (envs/reset_split.py)
+        self.used_reset_ids: set[int] = set()  # every id an episode started from (the run records them)
         self.seed_offset = seed_offset
         self.adapter = ActionAdapter(cfg.action_adapter, backend.action_dim)
         self.recorder = recorder
@@ -107,8 +112,7 @@ class ChunkedVectorEnv:
         epoch = self._fixed_epoch if self.cfg.use_fixed_reset_state_ids else self._epoch
         group = (self.seed_offset * self.num_envs) // self.cfg.group_size + int(self._group[env_index])
         rng = np.random.default_rng([self.cfg.seed, epoch, group, episode_k])
-        bound = self.backend.num_reset_ids() or _MAX_SEED
-        return int(rng.integers(0, bound))
+        return int(self.reset_id_space[int(rng.integers(0, len(self.reset_id_space)))])
 
     def set_reset_ids(self, ids: Sequence[int] | None) -> None:
         """Use these reset ids (one per sub-env) at every following `reset()` (None: draw again).
@@ -121,9 +125,9 @@ class ChunkedVectorEnv:
         arr = np.asarray(ids, dtype=np.int64)
         if arr.shape != (self.num_envs,):
             raise ValueError(f"set_reset_ids: expected {self.num_envs} ids, got shape {arr.shape}")
-        bound = self.backend.num_reset_ids()
-        if (arr < 0).any() or (bound is not None and (arr >= bound).any()):
-            raise ValueError(f"set_reset_ids: ids must be in [0, {bound or _MAX_SEED}), got {arr.tolist()}")
+        outside = [int(i) for i in arr if int(i) not in self.reset_id_space]
+        if outside:
+            raise ValueError(f"set_reset_ids: ids {outside} are not in the {self.cfg.reset_id_split!r} split of reset ids")
         self._explicit_ids = arr
 
     @property
@@ -159,6 +163,7 @@ class ChunkedVectorEnv:
 
     def _start_episodes(self, env_ids: np.ndarray, ids: np.ndarray) -> None:
         self.reset_ids[env_ids] = ids
+        self.used_reset_ids.update(int(i) for i in ids)
         self._elapsed[env_ids] = 0
         self._return[env_ids] = 0.0
         self._prev_reward[env_ids] = 0.0

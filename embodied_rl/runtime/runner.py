@@ -14,6 +14,7 @@ evaluation. Checkpoints, resume, evaluation and logging are shared.
 """
 from __future__ import annotations
 
+import json
 import logging
 import math
 import signal
@@ -43,6 +44,7 @@ from embodied_rl.runtime.rng import seed_everything
 from embodied_rl.workers.messages import Trajectory, concat_trajectories
 
 log = logging.getLogger(__name__)
+RESET_IDS_FILE = "reset_ids.json"
 
 
 class EmbodiedRunner:
@@ -185,22 +187,36 @@ class EmbodiedRunner:
             times = {key: times.get(key, 0.0) + v for key, v in roll_times.items()}
         metrics = {**add_success_intervals(_merge_env_metrics(parts, prefix="eval"), "eval"), **times}
         metrics["time/eval_s"] = time.perf_counter() - t0
+        self._record_reset_ids()
         return metrics
 
     def _eval_reset_ids(self, epochs: int) -> list[list[int]] | None:
         """With use_fixed_reset_state_ids, every evaluation starts from states spread evenly over
-        all initial states (LIBERO: every task), one slice per eval rollout epoch. None: the env
+        the eval split's initial states (LIBERO: every task), one slice per eval rollout epoch. None: the env
         draws ids from its seeded stream, fresh ones per evaluation, or where states are unbounded
         (seeds) the same ones (fixed)."""
         env_cfg = self.cfg.env.eval
         if not env_cfg.use_fixed_reset_state_ids:
             return None
-        num_states = self.groups.env.run("num_reset_ids", "eval")[0]
-        if num_states is None:
+        space = self.groups.env.run("reset_id_space", "eval")[0]
+        if space is None:
             return None
         n = env_cfg.total_num_envs
-        ids = spread_reset_ids(num_states, n * epochs, env_cfg.group_size)
+        ids = [space[i] for i in spread_reset_ids(len(space), n * epochs, env_cfg.group_size)]
         return [ids[k * n:(k + 1) * n] for k in range(epochs)]
+
+    def _record_reset_ids(self) -> None:
+        """reset_ids.json: per mode, its split and every reset id an episode started from (kept
+        across resumes: the file's ids are merged in)."""
+        path = self.run_dir / RESET_IDS_FILE
+        before = json.loads(path.read_text()) if path.is_file() else {}
+        used: dict[str, set[int]] = {mode: set(entry["ids"]) for mode, entry in before.items()}
+        for part in self.groups.env.run("used_reset_ids"):
+            for mode, ids in part.items():
+                used.setdefault(mode, set()).update(ids)
+        record = {mode: {"reset_id_split": getattr(self.cfg.env, mode).reset_id_split, "num_ids": len(ids), "ids": sorted(ids)}
+                  for mode, ids in sorted(used.items())}
+        path.write_text(json.dumps(record) + "\n")
 
     # ------------------------------------------------------------------ loops
     def train(self) -> int:
@@ -249,6 +265,7 @@ class EmbodiedRunner:
                 ckpt.write_dataset_statistics(tmp, self.dataset_statistics)
             ckpt.write_runner_state(tmp, global_step=self.global_step, weight_version=self.version,
                                     config_yaml=to_yaml(self.cfg), extra=extra)
+        self._record_reset_ids()
         path = ckpt.latest_checkpoint(self.run_dir)
         log.info("checkpoint: %s", path)
         return path

@@ -80,9 +80,15 @@ class EnvWorker:
             for env, epoch in zip(self._envs.get(mode, []), epochs):
                 env.epoch = epoch
 
-    def num_reset_ids(self, mode: str = "eval") -> int | None:
-        """Distinct initial states of the `mode` envs (None = unbounded, e.g. ManiSkill seeds)."""
-        return self._stage_envs(mode)[0].backend.num_reset_ids()
+    def reset_id_space(self, mode: str = "eval") -> list[int] | None:
+        """The reset ids the `mode` envs draw from (their reset_id_split), where the initial
+        states are a finite set (LIBERO); None where they are seeds (ManiSkill)."""
+        env = self._stage_envs(mode)[0]
+        return None if env.backend.num_reset_ids() is None else list(env.reset_id_space)
+
+    def used_reset_ids(self) -> dict[str, list[int]]:
+        """Per mode, every reset id an episode of this worker started from."""
+        return {mode: sorted(set().union(*(env.used_reset_ids for env in envs))) for mode, envs in self._envs.items()}
 
     def simulator_facts(self) -> dict:
         """Simulator, renderer and package versions of this process (the run's environment.json)."""

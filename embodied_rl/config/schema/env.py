@@ -6,7 +6,7 @@ against the backend's own dataclass (`SimulatorBackend.params_cls`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 
 @dataclass
@@ -50,6 +50,7 @@ class EnvConfig:
     auto_reset: bool = field(default=False, metadata={"help": "Reset a sub-env right after its episode ends, also inside a chunk (the rest of the chunk then runs in the new episode); the terminal observation is returned as final_obs for bootstrapping. Off: the sub-env stays done (not stepped, zero reward, active_mask false) until the next rollout epoch."})
     ignore_terminations: bool = field(default=False, metadata={"help": "Ignore the simulator's terminations (success): every episode runs to max_episode_steps; success_once/success_at_end are still reported. A crashed sub-env still ends its episode (as a failure)."})
     use_fixed_reset_state_ids: bool = field(default=False, metadata={"help": "true: every rollout epoch (train) or evaluation (eval) starts from the same reset states (LIBERO eval: spread evenly over all tasks' init states); false: fresh states each time. Ids are reproducible either way: drawn from (seed, env worker/stage offset, rollout epoch (fixed: 0), group, episode)."})
+    reset_id_split: Literal["train", "eval", "all"] = field(default="train", metadata={"help": "Which initial states (reset ids) this section draws from: train and eval never share one, so evaluation is held out by construction (ManiSkill: seeds [0, 2^30) train, [2^30, 2^31-1) eval; LIBERO: init states 0-39 of each task train, 40-49 eval). Default train for env.train, eval for env.eval. all = every state, e.g. LIBERO's official protocol (all 50 per task): allowed for env.eval only, where it states that the evaluation includes training states."})
     group_size: int = field(default=1, metadata={"help": "Consecutive sub-envs per group; a group's members always start from the same reset state (GRPO compares them). Must divide each env worker stage's sub-envs; env.train.group_size must equal algorithm.group_size."})
     seed: int = field(default=0, metadata={"help": "Seed of the reset-id stream (combined with the env worker/stage offset) and of the simulators."})
     max_episode_steps: int = field(default=50, metadata={"help": "Env steps after which an episode is truncated (the simulator's own time limit is ignored)."})

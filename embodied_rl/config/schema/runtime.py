@@ -71,7 +71,7 @@ class EnvGroupConfig:
     group_name: str = field(default="EnvGroup", metadata={"help": "Name of the env worker group: its Ray actors are named <group_name>_<rank> in the run's Ray namespace (ray list actors, dashboard) and errors name it."})
     channel: ChannelConfig = field(default_factory=ChannelConfig)
     train: EnvConfig = field(default_factory=EnvConfig)
-    eval: EnvConfig = field(default_factory=EnvConfig)
+    eval: EnvConfig = field(default_factory=lambda: EnvConfig(reset_id_split="eval"))  # held-out states
 
 
 @dataclass

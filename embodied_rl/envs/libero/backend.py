@@ -25,6 +25,11 @@ class LiberoBackend(SubprocBackend):
 
     params_cls: ClassVar[type] = LiberoParams
 
+    @classmethod
+    def reset_id_space(cls, params: LiberoParams, split: str) -> list[int]:
+        """Each selected task's init states split on their own: the last fifth held out for eval."""
+        return TaskIndex(params.task_suite_name, params.task_ids).split(split)
+
     def __init__(self, cfg: EnvConfig, params: LiberoParams, num_envs: int, *, seed: int) -> None:
         # In the parent first: config/asset errors surface as one line before any process starts,
         # and the children inherit LIBERO_CONFIG_PATH and MUJOCO_GL.

@@ -15,6 +15,7 @@ from functools import cache, lru_cache
 import numpy as np
 
 from embodied_rl.envs.libero.setup import ensure_libero_ready
+from embodied_rl.envs.reset_split import per_group_split
 from embodied_rl.errors import ConfigError
 
 #: LIBERO's own suites, in the order `libero_130` concatenates them
@@ -118,6 +119,10 @@ class TaskIndex:
         self.tasks: tuple[LiberoTask, ...] = tasks
         counts = [len(load_init_states(t.init_states_file)) for t in tasks]
         self._offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+    def split(self, split: str) -> list[int]:
+        """Reset ids of `split` (envs/reset_split.py): per task, init states 0..n-n//5-1 train, the rest eval."""
+        return per_group_split(np.diff(self._offsets).tolist(), split)
 
     def __len__(self) -> int:
         """Number of reset ids = total init states over the selected tasks."""
