@@ -10,9 +10,9 @@ through the real CLI, as a user would run it:
     embodied-rl train maniskill_grpo_tiny <from the export, PushCube> runner.val_before_train=true ...
 
 Held-out evaluation: env.eval draws fixed reset ids (use_fixed_reset_state_ids) from its own
-seeded stream over [0, 2^31); the demos use reset ids 0 .. D+failures. Every evaluation (SFT,
-PPO, GRPO, every step) scores the same initial states, greedily: eval sub-envs x
---eval-epochs episodes.
+seeded stream over the eval split, seeds [2^30, 2^31 - 1); the demos use reset ids
+0 .. D+failures of the train split. Every evaluation (SFT, PPO, GRPO, every step) scores the
+same initial states, greedily: eval sub-envs x --eval-epochs episodes.
 
     python benchmarks/learning.py                        # the recipe of docs/LEARNING.md
     python benchmarks/learning.py --seeds 0 --minimal    # smallest size (tests/test_learning.py)
