@@ -396,7 +396,9 @@ def probe_episode(cfg: RootConfig, path: str) -> Any:
         if rec.shape[1] != a:
             return ("expert actions have", rec.shape[1], "dims, the policy", a)
         actions[i, :len(rec)], actions[i, len(rec):] = rec, rec[-1]
-    env_cfg = dataclasses.replace(env_cfg, max_episode_steps=max(env_cfg.max_episode_steps, chunks * c))
+    # The expert was recorded from training-split states; replaying them needs every split's
+    # ids (the env probe observes reset_id_split itself).
+    env_cfg = dataclasses.replace(env_cfg, max_episode_steps=max(env_cfg.max_episode_steps, chunks * c), reset_id_split="all")
     env = make_env(env_cfg, per_stage, seed_offset=0, env_worker=0, stage=0)
     try:
         env.set_reset_ids([episodes[i % len(episodes)].reset_id for i in range(per_stage)])
