@@ -81,9 +81,9 @@ CASES: list[tuple[str, list[str], str]] = [
     ("train", ["actor.model.model_path=nowhere/model", "actor.model.create_preset=null"], "actor.model.model_path=nowhere/model: no checkpoint there"),
     ("train", ["actor.model.is_lora=true", "actor.model.lora_path=nowhere/adapters"], "actor.model.lora_path=nowhere/adapters: no adapter_config.json"),
     # a checkpoint made elsewhere (by the fixture) at 56 px, where the config's preset is 64 px
-    ("train", [f"actor.model.model_path={EXISTING_56PX}"],
+    ("train", ["maniskill_ppo_tiny", f"actor.model.model_path={EXISTING_56PX}"],
      f"actor.model.create_preset: actor.model.model_path={EXISTING_56PX} holds a checkpoint that is not the tiny preset at 64 px"),
-    ("train", ["actor.model.create_preset.name=tiny7b"], "actor.model.create_preset.name='tiny7b' is not a preset"),
+    ("train", ["maniskill_ppo_tiny", "actor.model.create_preset.name=tiny7b"], "actor.model.create_preset.name='tiny7b' is not a preset"),
     ("train", ["actor.model.model_type=octo"], "actor.model.model_type"),
     ("train", ["runner.ckpt_path=nowhere/ckpt"], "runner.ckpt_path loads weights for evaluation only"),
     ("eval", ["runner.ckpt_path=nowhere/ckpt"], "runner.ckpt_path=nowhere/ckpt: no such directory"),
