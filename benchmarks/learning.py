@@ -58,37 +58,43 @@ def evals(rows: dict[int, dict]) -> list[tuple[int, float, float, float]]:
             for s, r in sorted(rows.items()) if "eval/success_once" in r]
 
 
-def run_seed(seed: int, a: argparse.Namespace, work: Path) -> dict:
+def run_sft(seed: int, a: argparse.Namespace, work: Path) -> dict:
+    """SFT of seed `seed` on the demos, then its export: the start of both RL phases."""
     logs = work / "logs"
-    eval_keys = [f"algorithm.eval_rollout_epoch={a.eval_epochs}"]
     out: dict = {"seed": seed, "time_s": {}}
     sft = f"sft_s{seed}"
     out["time_s"]["sft"] = cli("sft", "maniskill_sft_tiny", f"runner.seed={seed}", f"runner.experiment_name={sft}",
-                               f"runner.max_steps={a.sft_steps}", f"runner.val_check_interval={a.sft_steps}", *eval_keys,
-                               cwd=work, log=logs / f"{sft}.log")
+                               f"runner.max_steps={a.sft_steps}", f"runner.val_check_interval={a.sft_steps}",
+                               f"algorithm.eval_rollout_epoch={a.eval_epochs}", cwd=work, log=logs / f"{sft}.log")
     out["sft_evals"] = evals(metrics(work / "runs" / sft))
-    model = f"models/{sft}"
     # Every phase evaluates the same sub-envs (reset ids depend on the run-wide sub-env index
     # only), so SFT, PPO and GRPO are scored on the same initial states.
-    eval_envs = _config(work / "runs" / sft)["env"]["eval"]["total_num_envs"]
-    eval_keys.append(f"env.eval.total_num_envs={eval_envs}")
-    out["time_s"]["export"] = cli("export", f"runs/{sft}", model, cwd=work, log=logs / f"export_s{seed}.log")
-    # RL fine-tuning of the SFT policy: twice the eval sub-envs per rollout epoch, 2 epochs per
-    # step and a small policy LR (measured: 4 episodes per step at lr 1e-4 collapse the policy).
-    start = [f"actor.model.model_path={model}", "actor.model.create_preset=null", *PUSH, f"runner.seed={seed}",
-             f"runner.max_steps={a.rl_steps}", "runner.val_before_train=true", f"runner.val_check_interval={a.eval_every}",
-             f"env.train.total_num_envs={(1 if a.minimal else 2) * eval_envs}", f"algorithm.rollout_epoch={a.rollout_epochs}",
-             f"actor.optim.lr={a.rl_lr}", *eval_keys]
-    for algo in a.algos:
-        config = RL_CONFIGS[algo]
-        name = f"{algo}_s{seed}"
-        out["time_s"][algo] = cli("train", config, *start, f"runner.experiment_name={name}", cwd=work, log=logs / f"{name}.log")
-        m = metrics(work / "runs" / name)
-        out[f"{algo}_evals"] = evals(m)
-        out[f"{algo}_env_steps_per_step"] = _env_steps(work / "runs" / name)
-        out[f"{algo}_train"] = {s: {k: v for k, v in r.items() if k in ("env/success_once", "env/return", "train/critic/value_loss",
-                                                                         "train/actor/entropy")} for s, r in m.items() if s > 0}
+    out["eval_envs"] = _config(work / "runs" / sft)["env"]["eval"]["total_num_envs"]
+    out["time_s"]["export"] = cli("export", f"runs/{sft}", f"models/{sft}", cwd=work, log=logs / f"export_s{seed}.log")
     return out
+
+
+def run_rl(algo: str, out: dict, a: argparse.Namespace, work: Path) -> None:
+    """One RL phase from seed out["seed"]'s SFT export; adds its evaluations and training curves to out."""
+    seed, eval_envs = out["seed"], out["eval_envs"]
+    # Twice the eval sub-envs per rollout epoch, 2 epochs per step, a small policy LR and several
+    # minibatches per update epoch (measured: 4 episodes per step at lr 1e-4 collapse the policy;
+    # one optimizer step per epoch moved it by an approx-KL of ~1e-4 per update).
+    train_envs = (1 if a.minimal else 2) * eval_envs
+    batch = train_envs * 5 * a.rollout_epochs  # chunk steps per episode: 40 steps / chunks of 8
+    name = f"{algo}_s{seed}"
+    out["time_s"][algo] = cli(
+        "train", RL_CONFIGS[algo], f"actor.model.model_path=models/sft_s{seed}", "actor.model.create_preset=null", *PUSH,
+        f"runner.seed={seed}", f"runner.max_steps={a.rl_steps}", "runner.val_before_train=true",
+        f"runner.val_check_interval={a.eval_every}", f"env.train.total_num_envs={train_envs}",
+        f"algorithm.rollout_epoch={a.rollout_epochs}", f"actor.optim.lr={a.rl_lr}",
+        f"actor.global_batch_size={batch // a.minibatches}", f"algorithm.eval_rollout_epoch={a.eval_epochs}",
+        f"env.eval.total_num_envs={eval_envs}", f"runner.experiment_name={name}", cwd=work, log=work / "logs" / f"{name}.log")
+    m = metrics(work / "runs" / name)
+    out[f"{algo}_evals"] = evals(m)
+    out[f"{algo}_env_steps_per_step"] = _env_steps(work / "runs" / name)
+    out[f"{algo}_train"] = {s: {k: v for k, v in r.items() if k in ("env/success_once", "env/return", "train/critic/value_loss",
+                                                                     "train/actor/entropy")} for s, r in m.items() if s > 0}
 
 
 def _config(run: Path) -> dict:
@@ -164,13 +170,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rl-steps", type=int, default=20, help="PPO / GRPO training steps")
     p.add_argument("--rl-lr", type=float, default=3e-5, help="policy learning rate of PPO / GRPO")
     p.add_argument("--rollout-epochs", type=int, default=2, help="rollout epochs per RL step")
-    p.add_argument("--eval-every", type=int, default=10, help="RL steps between evaluations (and after the last)")
+    p.add_argument("--minibatches", type=int, default=4, help="optimizer steps per update epoch (the rollout batch split evenly)")
+    p.add_argument("--eval-every", type=int, default=20, help="RL steps between evaluations (and after the last)")
     p.add_argument("--eval-epochs", type=int, default=16, help="eval rollout epochs: episodes = eval sub-envs x this")
     p.add_argument("--algos", nargs="+", choices=list(RL_CONFIGS), default=list(RL_CONFIGS), help="RL phases to run from the SFT policy")
     p.add_argument("--minimal", action="store_true", help="2 demos, 1 SFT epoch, 1 RL step, 1 eval epoch: the code path only")
     a = p.parse_args(argv)
     if a.minimal:
-        a.demos, a.sft_steps, a.rl_steps, a.eval_every, a.eval_epochs, a.rollout_epochs = 2, 1, 1, 1, 1, 1
+        a.demos, a.sft_steps, a.rl_steps, a.eval_every, a.eval_epochs, a.rollout_epochs, a.minibatches = 2, 1, 1, 1, 1, 1, 1
     work = a.out.resolve()
     (work / "logs").mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -178,11 +185,19 @@ def main(argv: list[str] | None = None) -> int:
     if not (work / "demos" / "push_cube_64").is_dir():
         demo_s = cli("demos", "maniskill_sft_tiny", "--num-demos", str(a.demos), "--out", "demos/push_cube_64", "--quiet",
                      cwd=work, log=work / "logs" / "demos.log")
+    def save() -> None:
+        (work / "results.json").write_text(json.dumps({"args": {k: str(v) for k, v in vars(a).items()}, "results": results}, indent=1))
+
+    # Phase by phase over the seeds, so that an interrupted run still holds every seed's SFT and PPO.
     results = []
     for seed in a.seeds:
-        results.append(run_seed(seed, a, work))
+        results.append(run_sft(seed, a, work))
         results[-1]["time_s"]["demos"] = demo_s / len(a.seeds)
-        (work / "results.json").write_text(json.dumps({"args": {k: str(v) for k, v in vars(a).items()}, "results": results}, indent=1))
+        save()
+    for algo in a.algos:
+        for out in results:
+            run_rl(algo, out, a, work)
+            save()
     table = summarise(results)
     plot(results, work / "learning.png")
     print(table)
