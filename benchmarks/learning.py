@@ -119,14 +119,19 @@ def summarise(results: list[dict]) -> str:
     sft = [r["sft_evals"][-1][1] for r in results]
     rows = ["| phase | held-out success % (mean ± sd over seeds) | change, points |", "|---|---|---|",
             f"| SFT | {mean_sd(sft)} | |"]
-    for algo in [k for k in RL_CONFIGS if f"{k}_evals" in results[0]]:
-        before = [r[f"{algo}_evals"][0][1] for r in results]
-        after = [r[f"{algo}_evals"][-1][1] for r in results]
+    for algo in RL_CONFIGS:
+        done = [r for r in results if f"{algo}_evals" in r]  # an interrupted run may lack later phases
+        if not done:
+            continue
+        before = [r[f"{algo}_evals"][0][1] for r in done]
+        after = [r[f"{algo}_evals"][-1][1] for r in done]
         gain = [b - a for a, b in zip(before, after)]
-        rows.append(f"| {algo.upper()} before (step 0) | {mean_sd(before)} | |")
-        rows.append(f"| {algo.upper()} after | {mean_sd(after)} | {mean_sd(gain)} |")
+        seeds = "" if len(done) == len(results) else f" (seeds {[r['seed'] for r in done]})"
+        rows.append(f"| {algo.upper()} before (step 0){seeds} | {mean_sd(before)} | |")
+        rows.append(f"| {algo.upper()} after{seeds} | {mean_sd(after)} | {mean_sd(gain)} |")
     episodes = int(results[0]["sft_evals"][-1][3])
-    times = {k: statistics.mean(r["time_s"][k] for r in results) / 60 for k in results[0]["time_s"]}
+    phases = dict.fromkeys(k for r in results for k in r["time_s"])
+    times = {k: statistics.mean(r["time_s"][k] for r in results if k in r["time_s"]) / 60 for k in phases}
     rows.append("")
     rows.append(f"{episodes} held-out episodes per evaluation; seeds {[r['seed'] for r in results]}; mean wall time per seed (min): "
                 + ", ".join(f"{k} {v:.1f}" for k, v in times.items()))
@@ -140,17 +145,17 @@ def plot(results: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    for r in results:
-        s = r["seed"]
+    for i, r in enumerate(results):
+        s, color = r["seed"], f"C{i}"  # one colour per seed in every panel
         steps, success, _, _ = zip(*r["sft_evals"])
-        axes[0].plot(steps, [100 * x for x in success], "o-", label=f"seed {s}")
+        axes[0].plot(steps, [100 * x for x in success], "o-", color=color, label=f"seed {s}")
         for algo, style in (("ppo", "-"), ("grpo", "--")):
             if f"{algo}_evals" not in r:
                 continue
             ev = r[f"{algo}_evals"]
             env_steps = [st * r[f"{algo}_env_steps_per_step"] for st, *_ in ev]
-            axes[1].plot(env_steps, [100 * e[1] for e in ev], style, marker="o", label=f"{algo.upper()} seed {s}")
-            axes[2].plot(env_steps, [e[2] for e in ev], style, marker="o", label=f"{algo.upper()} seed {s}")
+            axes[1].plot(env_steps, [100 * e[1] for e in ev], style, marker="o", color=color, label=f"{algo.upper()} seed {s}")
+            axes[2].plot(env_steps, [e[2] for e in ev], style, marker="o", color=color, label=f"{algo.upper()} seed {s}")
     axes[0].set(title="SFT: held-out success", xlabel="SFT optimizer steps", ylabel="success %")
     axes[1].set(title="RL from SFT: held-out success", xlabel="env steps", ylabel="success %")
     axes[2].set(title="RL from SFT: held-out return", xlabel="env steps", ylabel="episode return")
