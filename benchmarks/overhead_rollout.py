@@ -115,7 +115,7 @@ def measure_loop(env_cfg: EnvConfig, args) -> float:
         "env_cfgs": {"eval": env_cfg}, "wiring": ChannelWiring.single(channel), "num_rollout_workers": 1, "pipeline_stage_num": 1})
     rollouts = WorkerGroup(TrivialPolicyRolloutWorker, cluster, placement, "rollout", kwargs={
         "model_cfg": ModelConfig(model_path=model_dir), "wiring": ChannelWiring.single(channel), "num_env_workers": 1, "pipeline_stage_num": 1,
-        "sampling": {"eval": SamplingSpec(do_sample=False)}, "compute_values": False})
+        "sampling": {"greedy": SamplingSpec(do_sample=False)}, "compute_values": False})
     rollouts.run("trivial")
 
     def epoch(n: int) -> float:

@@ -104,9 +104,30 @@ def sft_cmd(ns: argparse.Namespace) -> int | None:
     return _train(ns, extra=["runner.paradigm=sft"], default="maniskill_sft_tiny")
 
 
-@command("eval", "evaluate a policy without training (= train with runner.only_eval=true)", add_config_args)
+def add_eval_args(parser: argparse.ArgumentParser) -> None:
+    add_config_args(parser)
+    parser.add_argument(
+        "--compare", nargs=2, metavar=("A", "B"),
+        help="evaluate two policies on the same initial states and compare them, paired by reset id (exact McNemar "
+        "test per scoring); A and B are model directories or training checkpoints; needs "
+        "env.eval.use_fixed_reset_state_ids=true; writes <run dir>/comparison.json",
+    )
+
+
+@command("eval", "evaluate a policy without training (= train with runner.only_eval=true), or compare two: --compare A B",
+         add_eval_args)
 def eval_cmd(ns: argparse.Namespace) -> int | None:
-    return _train(ns, extra=["runner.only_eval=true"])
+    if not ns.compare:
+        return _train(ns, extra=["runner.only_eval=true"])
+    from embodied_rl.config.checks import check_compare
+    from embodied_rl.config.loader import save_resolved_config
+
+    cfg = _load(ns, ["runner.only_eval=true"])
+    sources = check_compare(cfg, ns.compare)  # before anything starts: paths, fixed reset ids
+    compare = resolve_entry("embodied_rl.runtime.train:compare_main", "comparison (embodied-rl eval --compare)")
+    path = save_resolved_config(cfg, cfg.runner.logger.log_path)
+    print(f"resolved config: {path}", file=sys.stderr)
+    return compare(cfg, sources)
 
 
 @command("print-config", "print the resolved config as YAML (same arguments as train)", add_config_args)
@@ -156,9 +177,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse; `key=value` overrides may also follow options (eval CONFIG --compare A B k=v)."""
+    parser = build_parser()
+    ns, rest = parser.parse_known_args(argv)
+    if rest:
+        if not hasattr(ns, "args") or any(r.startswith("-") for r in rest):
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        ns.args = [*ns.args, *rest]
+    return ns
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     configure_process_env()
-    ns = build_parser().parse_args(argv)
+    ns = parse(argv)
     try:
         code = COMMANDS[ns.command].run(ns)
     except UserError as err:

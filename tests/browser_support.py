@@ -116,6 +116,28 @@ def make_fixture_run(base: Path) -> Path:
     return run
 
 
+def make_scored_run(base: Path) -> Path:
+    """runs/scored_exp: evaluations at steps 0 and 4 logged as the runner logs them with both
+    scorings (greedy primary): eval/greedy/*, eval/sampled/* (each with intervals and a per-task
+    copy), and the primary's eval/* copy. No videos."""
+    run = base / "runs" / "scored_exp"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text("runner:\n  experiment_name: scored_exp\n")
+    lines = []
+    for step, counts in ((0, {"greedy": 2, "sampled": 3}), (4, {"greedy": 5, "sampled": 4})):
+        row = {"step": step}
+        for scoring, k in counts.items():
+            low, high = wilson_interval(k, 8)
+            for suffix in ("", "/PushCube-v1"):
+                row.update({f"eval/{scoring}/success_once{suffix}": k / 8, f"eval/{scoring}/num_trajectories{suffix}": 8.0,
+                            f"eval/{scoring}/success_once_ci95_low{suffix}": low,
+                            f"eval/{scoring}/success_once_ci95_high{suffix}": high, f"eval/{scoring}/return{suffix}": k / 4})
+        row.update({"eval/" + key.removeprefix("eval/greedy/"): v for key, v in list(row.items()) if key.startswith("eval/greedy/")})
+        lines.append(row)
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    return run
+
+
 def make_run_with_escape_links(base: Path) -> Path:
     """The fixture run plus symlinks inside it pointing outside it (the server must refuse them)."""
     run = make_fixture_run(base)

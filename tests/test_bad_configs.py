@@ -57,6 +57,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("train", ["algorithm.adv_type=ppo"], "adv_type"),
     ("train", ["algorithm.gamma=1.5"], "algorithm.gamma=1.5 must be in [0, 1]"),
     ("train", ["algorithm.kl_penalty=full", "algorithm.kl_beta=0.1"], "kl_penalty"),
+    ("eval", ["algorithm.sampling_params.eval_scoring=[greedy, greedy]"], "algorithm.sampling_params.eval_scoring=[greedy, greedy] repeats a scoring"),
     ("train", ["algorithm.use_kl_loss=true", "algorithm.kl_loss_coef=0"], "kl_loss_coef"),
     # optimizer
     ("train", ["actor.optim.lr=-1e-4"], "actor.optim.lr: must be >= 0"),
@@ -89,6 +90,10 @@ CASES: list[tuple[str, list[str], str]] = [
     ("eval", ["runner.ckpt_path=nowhere/ckpt"], "runner.ckpt_path=nowhere/ckpt: no such directory"),
     ("train", ["runner.resume_dir=latest"], "runner.resume_dir=latest: no complete checkpoint"),
     ("eval", ["runner.resume_dir=latest"], "runner.resume_dir continues training"),
+    # comparing two policies (eval --compare A B): the paths and the fixed initial states
+    ("eval", ["--compare", "nowhere/a", "models/tiny-oft-push-cube-sft"], "--compare A=nowhere/a: no such directory"),
+    ("eval", ["--compare", EXISTING_56PX, EXISTING_56PX, "env.eval.use_fixed_reset_state_ids=false"],
+     "--compare pairs episodes by initial state: set env.eval.use_fixed_reset_state_ids=true"),
     # demonstrations and SFT (maniskill_sft_tiny names demos/push_cube_64, absent here)
     ("sft", [], "data.train_data_paths[0]: demos/push_cube_64: no such demo directory"),
     ("sft", ["data.train_data_paths=[]"], "runner.paradigm=sft needs data.train_data_paths"),

@@ -141,6 +141,10 @@ def test_interpolation_resolves_across_sections(project: Path) -> None:
         (["runner.logger.log_path=${runner.nope}"], "runner.logger.log_path: Interpolation key 'runner.nope' not found"),
         (["actor.global_batch_size=7", "actor.micro_batch_size=2"], "actor.global_batch_size=7 must be a multiple of actor.micro_batch_size x actor processes"),
         (["runner.max_steps"], "override 'runner.max_steps' must look like key=value"),
+        (["algorithm.sampling_params.eval_scoring=[]"], "algorithm.sampling_params.eval_scoring is empty; list at least one of: greedy, sampled"),
+        (["algorithm.sampling_params.eval_scoring=[sampled, sampled]"], "eval_scoring=[sampled, sampled] repeats a scoring"),
+        (["algorithm.sampling_params.eval_scoring=[argmax]"], "algorithm.sampling_params.eval_scoring[0]: expected one of 'greedy', 'sampled', got 'argmax'"),
+        (["algorithm.sampling_params.do_sample_eval=true"], "unknown key 'algorithm.sampling_params.do_sample_eval': every evaluation now scores greedy and sampled"),
     ],
 )
 def test_errors_are_one_line_and_name_the_key(project: Path, overrides: list[str], expected: str) -> None:

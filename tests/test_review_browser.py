@@ -5,7 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from browser_support import launch_chromium, make_fixture_run, start_cli_server, stop
+from browser_support import (
+    launch_chromium,
+    make_fixture_run,
+    make_scored_run,
+    start_cli_server,
+    stop,
+)
 
 from embodied_rl.evaluation.intervals import wilson_interval
 
@@ -197,3 +203,29 @@ def test_static_export_from_file_url(browser, server, run_dir, tmp_path):
     page.screenshot(path=str(tmp_path / "review_export.png"), full_page=True)
     assert not errors, errors
     page.close()
+
+
+def test_scored_evaluations_chart_each_scoring_once_with_its_interval(browser, tmp_path):
+    """Greedy and sampled success are two curves (eval/greedy/..., eval/sampled/...), each with
+    its error bars; the primary's eval/* copy and the per-task keys (task after the metric) are
+    not drawn as further curves. The copy stays selectable as an extra chart."""
+    proc, url = start_cli_server([make_scored_run(tmp_path)])
+    try:
+        page, errors = _open(browser, url)
+        page.click("button[data-view='curves']")
+        legends = page.locator("#charts .legend").all_inner_texts()
+        success = [t for t in legends[0].split("\n") if t.strip()]
+        assert success == ["eval/greedy/success_once (bars: 95 % CI)", "eval/sampled/success_once (bars: 95 % CI)"], legends
+        assert [t for t in legends[1].split("\n") if t.strip()] == ["eval/greedy/return", "eval/sampled/return"]
+        assert page.locator("#charts figure").first.locator("path.ci").count() == 4  # 2 scorings x 2 evaluations
+        tips = page.eval_on_selector_all("#charts circle.point title", "ts => ts.map(t => t.textContent)")
+        low, high = wilson_interval(4, 8)
+        assert any(t.startswith("eval/sampled/success_once\nstep 4: 0.5000 ") and f"(95 % CI {low:.3f}-{high:.3f}, 8 episodes)" in t
+                   for t in tips), tips
+        page.select_option("#m-extra", "eval/success_once")
+        assert page.locator("#charts figure").nth(2).locator("path.ci").count() == 2
+        page.screenshot(path=str(tmp_path / "review_scored.png"), full_page=True)
+        assert not errors, errors
+        page.close()
+    finally:
+        stop(proc)

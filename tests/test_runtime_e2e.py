@@ -6,8 +6,9 @@ pipeline_stage_num 2. Three runs share one tiny model:
   A: 2 PPO steps (checkpoint every step)          -> acceptance 1
   B: resume A's checkpoint, 1 more step            \\
   C: 3 uninterrupted steps                          -> acceptance 2: B's step 3 == C's step 3
-  D: eval-only from A's checkpoint                  -> acceptance 3
+  D: eval-only from A's checkpoint                  -> acceptance 3; greedy and sampled scorings
   E: eval-only without a checkpoint                 -> D acts differently: runner.ckpt_path matters
+  F: eval --compare of A's checkpoint with itself   -> identical paired episodes, b = c = 0, p = 1
 """
 from __future__ import annotations
 
@@ -155,6 +156,13 @@ def test_eval_only_reports_success_and_never_updates_weights(run_d: tuple[Path, 
     assert row["eval/num_trajectories"] == 4
     assert 0.0 <= row["eval/success_once"] <= 1.0
     assert any(k.startswith("eval/success_once/") for k in row), "per-task success metrics"
+    # Both scorings (the shipped default), each with its interval; the primary (greedy) is also eval/*.
+    for scoring in ("greedy", "sampled"):
+        assert row[f"eval/{scoring}/num_trajectories"] == 4
+        assert row[f"eval/{scoring}/success_once_ci95_low"] <= row[f"eval/{scoring}/success_once"] <= row[f"eval/{scoring}/success_once_ci95_high"]
+        assert any(k.startswith(f"eval/{scoring}/success_once/") for k in row)
+    assert {k.removeprefix("eval/greedy/"): v for k, v in row.items() if k.startswith("eval/greedy/")} == \
+        {k.removeprefix("eval/"): v for k, v in row.items() if k.startswith("eval/") and k.split("/")[1] not in ("greedy", "sampled")}
     assert not (run_d / "checkpoints").exists()
     assert sorted((run_d / "video" / "eval").rglob("*.mp4"))
 
@@ -172,6 +180,30 @@ def test_eval_ckpt_path_changes_the_actions_taken(workdir: Path, run_d: tuple[Pa
         assert block_diff(frames_d[0], frames_e[0]) < SAME_PICTURE, tag
         moved.append(max(block_diff(x, y) for x, y in zip(frames_d[1:], frames_e[1:])))
     assert max(moved) > MOVED, moved
+
+
+def test_compare_checkpoint_with_itself_pairs_identical_episodes(workdir: Path, run_a: Path):
+    """F: --compare A's checkpoint (as a run directory and as its step directory) with itself, with
+    dense rewards so returns show the actions: every paired episode is the same for A and B, in
+    both scorings (sampling is seeded per eval epoch, not by what ran before), while sampled and
+    greedy act differently."""
+    step = run_a / "checkpoints" / "global_step_00000002"
+    proc = run_cli("eval", str(workdir / "configs" / "e2e.yaml"), "runner.experiment_name=f", "--compare", str(run_a), str(step),
+                   "env.eval.init_params.reward_mode=dense", cwd=workdir)
+    report = json.loads((workdir / "runs" / "f" / "comparison.json").read_text())
+    assert report["scorings"] == ["greedy", "sampled"] and {p["kind"] for p in report["policies"].values()} == {"checkpoint"}
+    episodes = report["episodes"]
+    assert len(episodes) == 4 and len({e["reset_id"] for e in episodes}) == 4
+    for scoring in ("greedy", "sampled"):
+        r = report["results"][scoring]
+        assert (r["n"], r["only_a"], r["only_b"], r["mcnemar_p"]) == (4, 0, 0, 1.0)
+        assert r["A"] == r["B"] and r["A"]["successes"] == sum(e["A"][scoring]["success_once"] for e in episodes)
+        assert all(e["A"][scoring] == e["B"][scoring] for e in episodes)
+    assert [e["A"]["greedy"]["return"] for e in episodes] != [e["A"]["sampled"]["return"] for e in episodes]
+    assert "exact McNemar p = 1" in proc.stdout and "A - B: +0.0 points" in proc.stdout
+    # Each policy's eval videos under a step of its own (A 0, B 1), for the review page.
+    assert [Path(report["videos"][side]).name for side in "AB"] == ["step_000000", "step_000001"]
+    assert all(sorted(Path(report["videos"][side]).glob("*.mp4")) for side in "AB")
 
 
 def test_export_cli_writes_a_plain_model_with_the_trained_weights(workdir: Path, run_a: Path):

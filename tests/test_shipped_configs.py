@@ -3,7 +3,9 @@
 Each runs through the real CLI in a fresh working directory (its model is created there on
 first use, as on a fresh clone, or is the checkpoint shipped in models/) with no override
 beyond the step count and the run name: 2 training steps, then `embodied-rl eval` of the
-checkpoint they wrote.
+checkpoint they wrote. The training runs score their evaluations greedily only (the sampled
+pass would double the 2 x 8 eval epochs of maniskill_ppo_from_sft); the eval-only run scores
+both, as shipped.
 """
 from __future__ import annotations
 
@@ -48,7 +50,8 @@ def test_shipped_config_trains_two_steps_and_evaluates(name: str, tmp_path: Path
     cfg = load_config(name, skip=("sft_data",), plan=False)
     for path in cfg.data.train_data_paths:  # SFT: first record the demos it names, as its header says
         run_cli("demos", name, "--num-demos", "2", "--out", path, "--quiet", cwd=tmp_path)
-    run_cli("train", name, "runner.max_steps=2", f"runner.experiment_name={name}", cwd=tmp_path)
+    run_cli("train", name, "runner.max_steps=2", f"runner.experiment_name={name}", "algorithm.sampling_params.eval_scoring=[greedy]",
+            cwd=tmp_path)
     run = tmp_path / "runs" / name
     metrics = read_metrics(run)
     assert sorted(metrics) == ([0] if cfg.runner.val_before_train else []) + [1, 2]
@@ -72,6 +75,8 @@ def test_shipped_config_trains_two_steps_and_evaluates(name: str, tmp_path: Path
     evaluated = read_metrics(tmp_path / "runs" / f"{name}_eval")
     (row,) = evaluated.values()
     assert 0.0 <= row["eval/success_once"] <= 1.0 and row["eval/num_trajectories"] >= 1
+    assert row["eval/greedy/success_once"] == row["eval/success_once"]  # greedy and sampled, greedy primary
+    assert row["eval/sampled/num_trajectories"] == row["eval/num_trajectories"]
     assert any(_sidecars(tmp_path / "runs" / f"{name}_eval", "eval").values())
     # The run records the initial states it trained and evaluated on: never the same ones.
     used = json.loads((run / "reset_ids.json").read_text())

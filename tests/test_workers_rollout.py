@@ -1,7 +1,8 @@
 """Env + rollout workers on real ManiSkill (64 px) with the real tiny OFT model, over Ray.
 
 1 env worker x 2 sub-envs x 2 pipeline stages + 1 rollout worker, 2 chunk steps: the
-trajectory has the documented shapes, eval mode keeps none, weight versions are enforced.
+trajectory has the documented shapes, eval mode keeps none, weight versions are enforced, the
+eval scorings act greedily or sample (seeded) on the same initial states.
 """
 from __future__ import annotations
 
@@ -60,7 +61,8 @@ def workers(ray_session, model_cfg):  # noqa: F811
         "wiring": wiring, "num_rollout_workers": 1, "pipeline_stage_num": STAGES})
     rollouts = WorkerGroup(RolloutWorker, cluster, placement, "rollout", kwargs={
         "model_cfg": model_cfg, "wiring": wiring, "num_env_workers": 1, "pipeline_stage_num": STAGES,
-        "sampling": {"train": SamplingSpec(), "eval": SamplingSpec(do_sample=False)}, "compute_values": True,
+        "sampling": {"train": SamplingSpec(), "greedy": SamplingSpec(do_sample=False), "sampled": SamplingSpec(),
+                     "cold": SamplingSpec(temperature=1e-6)}, "compute_values": True,
         "compute_ref_logprobs": True})
     yield envs, rollouts, wiring
     envs.run("close")
@@ -71,9 +73,9 @@ def workers(ray_session, model_cfg):  # noqa: F811
     cluster.shutdown()
 
 
-def run_epoch(envs, rollouts, mode="train", send=False, **kw):
+def run_epoch(envs, rollouts, mode="train", send=False, scoring="greedy", eval_epoch=0, **kw):
     env_refs = envs.call("interact", T, mode, **kw)
-    out_refs = rollouts.call("generate", T, mode, send=send)
+    out_refs = rollouts.call("generate", T, mode, send=send, scoring=scoring, eval_epoch=eval_epoch)
     return envs.gather(env_refs, timeout=300)[0], rollouts.gather(out_refs, timeout=300)[0]
 
 
@@ -118,6 +120,39 @@ def test_eval_mode_fixed_reset_ids_keeps_no_trajectory(workers):
     env_metrics, (traj, _) = run_epoch(envs, rollouts, "eval", reset_ids=[EVAL_SEEDS_START + 5, EVAL_SEEDS_START + 7])
     assert traj is None and env_metrics["env/num_trajectories"] == N  # truncated at T*C steps
     assert envs.run("get_state") == [{"train": [4, 4], "eval": [0, 0]}]
+
+
+def test_eval_scorings_share_states_and_sampling_is_seeded(workers):
+    """Greedy, then sampled on the same states (repeat_states): the sampled actions differ (the
+    dense returns do), are the same again for the same eval epoch (seeded per epoch, not by the
+    training stream) and differ for another; at a vanishing temperature sampling is argmax."""
+    envs, rollouts, _ = workers
+    envs.run("release", "train")
+    train_rng = rollouts.run("get_rng_state")[0]
+
+    def scored(scoring: str, epoch: int = 0, repeat: bool = True):
+        metrics, _ = run_epoch(envs, rollouts, "eval", scoring=scoring, eval_epoch=epoch, repeat_states=repeat,
+                               reset_ids=[EVAL_SEEDS_START + 11, EVAL_SEEDS_START + 13])
+        (episodes,) = envs.run("last_episodes")
+        return metrics, episodes
+
+    greedy, greedy_eps = scored("greedy", repeat=False)
+    sampled, sampled_eps = scored("sampled")
+    again, again_eps = scored("sampled")
+    other, _ = scored("sampled", epoch=1)
+    _, cold_eps = scored("cold")
+    # One episode per sub-env, run-wide sub-env index, the same initial states for every scoring.
+    assert [(e.sub_env, e.episode) for e in greedy_eps] == [(i, 0) for i in range(N)]  # 1 sub-env per stage
+    starts = [e.reset_id for e in greedy_eps]
+    assert starts == [EVAL_SEEDS_START + 11, EVAL_SEEDS_START + 13]
+    assert [e.reset_id for e in sampled_eps] == [e.reset_id for e in cold_eps] == starts
+    assert sampled["env/return"] != greedy["env/return"]
+    assert again_eps == sampled_eps and again["env/return"] == sampled["env/return"]
+    assert other["env/return"] != sampled["env/return"]
+    assert [e.episode_return for e in cold_eps] == [e.episode_return for e in greedy_eps]
+    assert torch.equal(rollouts.run("get_rng_state")[0], train_rng)  # evaluations never draw from the training stream
+    with pytest.raises(WorkerError, match="no sampling spec 'bogus'"):
+        rollouts.run("generate", 1, "eval", scoring="bogus")
 
 
 def test_weight_versions_must_increase(workers, model_cfg):

@@ -269,6 +269,56 @@ def _sft_data(cfg: RootConfig) -> None:
             raise ConfigError(f"data.train_data_paths[{i}]: {err}{hint}") from None
 
 
+# ---- `embodied-rl eval --compare A B` ----------------------------------------------------
+
+COMPARE_PATHS = ("pass a model directory (config.json and weights, as `embodied-rl export` or `make-model` write it) "
+                 "or a training checkpoint (checkpoints/global_step_N, or a run directory for its newest)")
+
+
+def check_compare(cfg: RootConfig, paths: Collection[str]) -> list:
+    """Validate `--compare A B` against the loaded config, before anything starts; returns the
+    two `PolicySource`s (evaluation/compare.py). Episodes pair by initial state, so the eval
+    envs must start every evaluation from the same reset ids, one episode per sub-env."""
+    from embodied_rl.evaluation.compare import PolicySource
+    from embodied_rl.runtime.checkpoint import (
+        ACTOR_WEIGHTS,
+        actor_dir,
+        resolve_resume_dir,
+    )
+
+    paths = list(paths)
+    if len(paths) != 2:
+        raise ConfigError(f"--compare takes two policies, A and B; got {len(paths)}")
+    ev = cfg.env.eval
+    if not ev.use_fixed_reset_state_ids:
+        raise ConfigError("--compare pairs episodes by initial state: set env.eval.use_fixed_reset_state_ids=true "
+                          "(then both policies start from the same reset ids)")
+    if ev.auto_reset:
+        raise ConfigError("--compare pairs one episode per sub-env and eval epoch: set env.eval.auto_reset=false "
+                          "(with auto_reset, later episodes start whenever each policy's previous one ended)")
+    if cfg.runner.ckpt_path:
+        raise ConfigError(f"--compare evaluates A and B: remove runner.ckpt_path={cfg.runner.ckpt_path} (pass that checkpoint as A or B)")
+    sources = []
+    for label, path in zip("AB", paths):
+        where = Path(path)
+        if not where.is_dir():
+            raise ConfigError(f"--compare {label}={path}: no such directory; {COMPARE_PATHS}")
+        if (where / "config.json").is_file():
+            if not any(where.glob("*.safetensors")):
+                raise ConfigError(f"--compare {label}={path}: config.json but no *.safetensors weights; {COMPARE_PATHS}")
+            sources.append(PolicySource(label, path, "model", str(where.resolve())))
+            continue
+        try:
+            ckpt = resolve_resume_dir(path, path, key=f"--compare {label}")
+        except UserError:
+            raise ConfigError(f"--compare {label}={path}: neither a model directory (no config.json) nor a training "
+                              f"checkpoint (no meta.json, no checkpoints/); {COMPARE_PATHS}") from None
+        if not (actor_dir(ckpt) / ACTOR_WEIGHTS).is_file():
+            raise ConfigError(f"--compare {label}={path}: checkpoint {ckpt} has no {ACTOR_WEIGHTS} under actor/; {COMPARE_PATHS}")
+        sources.append(PolicySource(label, path, "checkpoint", str(ckpt.resolve())))
+    return sources
+
+
 # ---- rules that need the machine --------------------------------------------------------
 
 @plan_check

@@ -73,8 +73,17 @@ def _root_paths() -> tuple[str, ...]:
     return tuple(schema_paths(RootConfig))
 
 
+#: Keys that existed once -> what replaced them (an old config gets the way forward, not a guess).
+REPLACED_KEYS = {
+    "algorithm.sampling_params.do_sample_eval": "every evaluation now scores greedy and sampled side by side; "
+    "choose them with algorithm.sampling_params.eval_scoring (e.g. [greedy] or [sampled, greedy])",
+}
+
+
 def unknown_key_error(path: str, key: str, valid: list[str], hint: str = "") -> ConfigError:
     full = join(path, key)
+    if full in REPLACED_KEYS:
+        return ConfigError(f"unknown key '{full}': {REPLACED_KEYS[full]}")
     close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
     if close:
         return ConfigError(f"unknown key '{full}'; did you mean '{join(path, close[0])}'?{hint}")

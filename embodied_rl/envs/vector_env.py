@@ -19,6 +19,8 @@ Choices (documented in docs/CONFIG.md as well):
   `group_size` consecutive sub-envs; its members always share ids (GRPO compares them). With
   `use_fixed_reset_state_ids` every epoch draws as epoch 0, so each rollout epoch (or
   evaluation) starts from the same states; without, every epoch starts from fresh ones.
+  `reset(repeat=True)` starts the previous epoch over (same ids, same draws for auto-resets,
+  the stream does not advance): the second scoring of an evaluation replays the first's states.
 - `use_rel_reward` pays r_t - r_{t-1} within an episode (r_{-1} = 0), after `reward_coef`.
 - A sub-env whose process crashed or hung ends its episode as a failure (terminated, not a
   success, `EpisodeSummary.failed`).
@@ -78,6 +80,7 @@ class ChunkedVectorEnv:
         self._epoch = -1
         self._fixed_epoch = FIXED_EPOCH
         self._explicit_ids: np.ndarray | None = None
+        self._epoch_ids: np.ndarray | None = None  # the ids of the last reset(), for reset(repeat=True)
         self.reset_ids = np.zeros(n, np.int64)
         self._episode_k = np.zeros(n, np.int64)  # episode index since the last reset()
         self._elapsed = np.zeros(n, np.int64)
@@ -140,19 +143,27 @@ class ChunkedVectorEnv:
         self._epoch = int(value)
 
     # ------------------------------------------------------------------ episodes
-    def reset(self, fixed_epoch: int = FIXED_EPOCH) -> EnvObservation:
+    def reset(self, fixed_epoch: int = FIXED_EPOCH, *, repeat: bool = False) -> EnvObservation:
         """Start a new rollout epoch: every sub-env begins a fresh episode.
 
         fixed_epoch: with use_fixed_reset_state_ids, the epoch the ids are drawn as: the k-th
         rollout epoch of every evaluation passes k, so an evaluation of several epochs covers
-        distinct states and every evaluation covers the same ones."""
-        self._epoch += 1
-        self._fixed_epoch = fixed_epoch
+        distinct states and every evaluation covers the same ones.
+        repeat: start the previous epoch over instead: its ids, and (the epoch not advancing)
+        the same draws for auto-reset episodes (another scoring of the same states)."""
+        if repeat and self._epoch_ids is None:
+            raise RuntimeError("reset(repeat=True) before any reset(): there is no epoch to repeat")
+        if not repeat:
+            self._epoch += 1
+            self._fixed_epoch = fixed_epoch
         self._episode_k[:] = 0
-        if self._explicit_ids is not None:
+        if repeat:
+            ids = self._epoch_ids.copy()
+        elif self._explicit_ids is not None:
             ids = self._explicit_ids.copy()
         else:
             ids = np.array([self.draw_reset_id(i, 0) for i in range(self.num_envs)], np.int64)
+        self._epoch_ids = ids.copy()
         all_ids = np.arange(self.num_envs)
         self._obs = self.backend.reset(all_ids, ids)
         self._start_episodes(all_ids, ids)
@@ -269,10 +280,14 @@ class ChunkedVectorEnv:
         """bool [N]: sub-envs currently inside an episode."""
         return self._active.copy()
 
+    def pop_episodes(self) -> list[EpisodeSummary]:
+        """The episodes finished since the last pop_episodes/pop_metrics, in the order they ended."""
+        eps, self._finished = self._finished, []
+        return eps
+
     def pop_metrics(self) -> dict[str, float]:
         """Means over the episodes finished since the last call, overall and per task (envs/metrics.py)."""
-        eps, self._finished = self._finished, []
-        return episode_metrics(eps)
+        return episode_metrics(self.pop_episodes())
 
     def begin_video(self, global_step: int, checkpoint_step: int, mode: str, run_name: str) -> None:
         """Start recording (no-op without `video_cfg.save_video`); call before the epoch's reset()."""

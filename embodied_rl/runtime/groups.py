@@ -22,12 +22,14 @@ SETUP_TIMEOUT_S = 900.0
 
 
 def sampling_specs(cfg: RootConfig) -> dict[str, SamplingSpec]:
+    """The rollout workers' sampling specs: "train", then one per evaluation scoring
+    (algorithm.sampling_params.eval_scoring, in its order): "greedy" (argmax) and "sampled"."""
     sp = cfg.algorithm.sampling_params
     top_k = sp.top_k or 0
-    return {
-        "train": SamplingSpec(do_sample=sp.do_sample, temperature=sp.temperature_train, top_k=top_k),
-        "eval": SamplingSpec(do_sample=sp.do_sample_eval, temperature=sp.temperature_eval, top_k=top_k),
-    }
+    evals = {"greedy": SamplingSpec(do_sample=False, temperature=1.0, top_k=0),  # argmax: temperature/top_k cannot change it
+             "sampled": SamplingSpec(do_sample=True, temperature=sp.temperature_eval, top_k=top_k)}
+    return {"train": SamplingSpec(do_sample=sp.do_sample, temperature=sp.temperature_train, top_k=top_k),
+            **{name: evals[name] for name in sp.eval_scoring}}
 
 
 @dataclass

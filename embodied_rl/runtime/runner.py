@@ -11,6 +11,12 @@ statistics): the continued run matches an uninterrupted one.
 SFT (runner.paradigm=sft) runs the same loop with one step = one optimizer step of the actor
 on demonstration samples it holds itself; weights reach the rollout workers before each
 evaluation. Checkpoints, resume, evaluation and logging are shared.
+
+An evaluation scores the policy once per `algorithm.sampling_params.eval_scoring` (greedy,
+sampled), each on the same initial states: per eval epoch the scorings run back to back, the
+later ones replaying the first's reset ids. Metrics: eval/<scoring>/... for each, and the first
+scoring's again as eval/... . `compare` evaluates two policies with the same workers and pairs
+their episodes (evaluation/compare.py).
 """
 from __future__ import annotations
 
@@ -21,7 +27,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
@@ -41,7 +47,10 @@ from embodied_rl.runtime import checkpoint as ckpt
 from embodied_rl.runtime.groups import Groups, build_groups
 from embodied_rl.runtime.metrics_logger import MetricsLogger
 from embodied_rl.runtime.rng import seed_everything
-from embodied_rl.workers.messages import Trajectory, concat_trajectories
+from embodied_rl.workers.messages import EpisodeOutcome, Trajectory, concat_trajectories
+
+if TYPE_CHECKING:
+    from embodied_rl.evaluation.compare import PolicySource
 
 log = logging.getLogger(__name__)
 RESET_IDS_FILE = "reset_ids.json"
@@ -109,19 +118,22 @@ class EmbodiedRunner:
         self.groups.rollout.run("set_dataset_statistics", stats)
 
     # ------------------------------------------------------------------ phases
-    def rollout(self, mode: str, reset_ids: list[int] | None = None, *, fixed_epoch: int = 0, video: bool = True
+    def rollout(self, mode: str, reset_ids: list[int] | None = None, *, fixed_epoch: int = 0, video: bool = True,
+                scoring: str = "greedy", repeat_states: bool = False
                 ) -> tuple[Trajectory | None, list[dict[str, float]], dict[str, float]]:
         """One rollout epoch on env.<mode>: env workers step while rollout workers infer.
 
         Returns the trajectory (train only), each env worker's episode metrics and the rollout
         workers' time/* metrics. Videos are filed under the step the metrics use: a training
         rollout belongs to the step it is collected for (global_step + 1), an evaluation to the
-        step just finished."""
+        step just finished. Evaluation only: `scoring` names the rollout workers' sampling spec
+        (greedy, sampled; a sampled one seeded by fixed_epoch), `repeat_states` starts the env
+        workers' previous epoch over (another scoring of the same initial states)."""
         g, steps = self.groups, chunk_steps_per_epoch(self.cfg, mode)
         video_step = self.global_step + 1 if mode == "train" else self.global_step
         env_refs = g.env.call("interact", steps, mode, global_step=video_step, checkpoint_step=self.version,
-                              reset_ids=reset_ids, fixed_epoch=fixed_epoch, video=video)
-        roll_refs = g.rollout.call("generate", steps, mode)
+                              reset_ids=reset_ids, fixed_epoch=fixed_epoch, video=video, repeat_states=repeat_states)
+        roll_refs = g.rollout.call("generate", steps, mode, scoring=scoring, eval_epoch=fixed_epoch)
         env_out, roll_out = g.env.gather(env_refs), g.rollout.gather(roll_refs)
         times = {key: max(r[1][key] for r in roll_out) for key in roll_out[0][1]}  # the slowest worker's
         traj = concat_trajectories([r[0] for r in roll_out]) if mode == "train" else None
@@ -173,22 +185,46 @@ class EmbodiedRunner:
         self.groups.rollout.run("update_weights", sd, version)
         self.version = version
 
+    @property
+    def scorings(self) -> list[str]:
+        """algorithm.sampling_params.eval_scoring: the primary (logged as eval/...) first."""
+        return list(self.cfg.algorithm.sampling_params.eval_scoring)
+
     def evaluate(self) -> dict[str, float]:
+        return self._evaluate()[0]
+
+    def _evaluate(self, episodes: bool = False) -> tuple[dict[str, float], dict[str, list[tuple[int, EpisodeOutcome]]]]:
+        """Every scoring on the same initial states: (metrics, per scoring its (eval epoch, episode)
+        list when `episodes`, else empty lists). Videos record the primary scoring's first epoch."""
         if self._rollout_stale:  # SFT steps do not sync: the rollout workers get the weights when they act
             self._sync_weights()
             self._rollout_stale = False
         t0 = time.perf_counter()
-        epochs = self.cfg.algorithm.eval_rollout_epoch
+        epochs, scorings = self.cfg.algorithm.eval_rollout_epoch, self.scorings
         ids = self._eval_reset_ids(epochs)
-        parts, times = [], {}
+        parts: dict[str, list[dict[str, float]]] = {s: [] for s in scorings}
+        outcomes: dict[str, list[tuple[int, EpisodeOutcome]]] = {s: [] for s in scorings}
+        times: dict[str, float] = {}
         for k in range(epochs):
-            _, env_out, roll_times = self.rollout("eval", ids[k] if ids else None, fixed_epoch=k, video=k == 0)
-            parts += env_out
-            times = {key: times.get(key, 0.0) + v for key, v in roll_times.items()}
-        metrics = {**add_success_intervals(_merge_env_metrics(parts, prefix="eval"), "eval"), **times}
+            for j, scoring in enumerate(scorings):
+                _, env_out, roll_times = self.rollout("eval", ids[k] if ids else None, fixed_epoch=k, video=k == 0 and j == 0,
+                                                      scoring=scoring, repeat_states=j > 0)
+                parts[scoring] += env_out
+                times = {key: times.get(key, 0.0) + v for key, v in roll_times.items()}
+                if episodes:
+                    outcomes[scoring] += [(k, o) for worker in self.groups.env.run("last_episodes") for o in worker]
+        metrics: dict[str, float] = {}
+        for scoring in scorings:
+            named = {k: v for k, v in _merge_env_metrics(parts[scoring], prefix=f"eval/{scoring}").items() if k.startswith("eval/")}
+            metrics.update(add_success_intervals(named, f"eval/{scoring}"))
+        primary = f"eval/{scorings[0]}/"
+        metrics.update({"eval/" + k.removeprefix(primary): v for k, v in list(metrics.items()) if k.startswith(primary)})
+        all_parts = [p for scoring in scorings for p in parts[scoring]]
+        metrics.update({k: v for k, v in _merge_env_metrics(all_parts, prefix="eval").items() if k.startswith("time/")})
+        metrics.update(times)
         metrics["time/eval_s"] = time.perf_counter() - t0
         self._record_reset_ids()
-        return metrics
+        return metrics, outcomes
 
     def _eval_reset_ids(self, epochs: int) -> list[list[int]] | None:
         """With use_fixed_reset_state_ids, every evaluation starts from states spread evenly over
@@ -238,7 +274,9 @@ class EmbodiedRunner:
                 if saves_after(self.cfg, self.global_step):
                     self.save()
             if len(evaluations) > 1:
-                logger.note(_eval_change(evaluations[0], evaluations[-1]))
+                logger.note(_eval_change(evaluations[0], evaluations[-1], self.scorings))
+            elif evaluations:
+                logger.note(_eval_summary(evaluations[0][1], self.scorings))
             if self.global_step > 0:
                 path = self.save()
                 if self.sft:
@@ -252,7 +290,45 @@ class EmbodiedRunner:
         with MetricsLogger(self.cfg.runner.logger, self.run_dir, total_steps=1, config=_plain(self.cfg)) as logger:
             metrics = self.evaluate()
             logger.log(self.global_step, metrics)
+            logger.note(_eval_summary(metrics, self.scorings))
         return 0
+
+    def compare(self, sources: list[PolicySource]) -> int:
+        """`embodied-rl eval --compare A B`: evaluate each PolicySource (evaluation/compare.py) with
+        the same workers, on the same initial states, and write the paired comparison to
+        comparison.json (and the console). The i-th policy's evaluation is filed as step i (its
+        videos under <env.eval.video_cfg.video_base_dir>/step_00000i: the review page shows A at
+        step 0, B at step 1)."""
+        from embodied_rl.evaluation.compare import (
+            COMPARISON_FILE,
+            comparison_report,
+            format_report,
+        )
+
+        episodes, metrics, videos = {}, {}, {}
+        for i, src in enumerate(sources):
+            self._use_policy(src)
+            self.global_step = i
+            log.info("evaluating %s: %s (%s)", src.label, src.path, src.kind)
+            metrics[src.label], episodes[src.label] = self._evaluate(episodes=True)
+            log.info("%s: %s", src.label, _eval_summary(metrics[src.label], self.scorings))
+            videos[src.label] = str(Path(self.cfg.env.eval.video_cfg.video_base_dir) / f"step_{i:06d}")
+        report = comparison_report(sources, self.scorings, episodes, metrics)
+        if self.cfg.env.eval.video_cfg.save_video:
+            report["videos"] = videos  # each policy's primary scoring, first eval epoch
+        path = self.run_dir / COMPARISON_FILE
+        path.write_text(json.dumps(report, indent=1) + "\n")
+        print("\n".join([*format_report(report), f"written to {path}"]), flush=True)
+        return 0
+
+    def _use_policy(self, src: PolicySource) -> None:
+        """Rollout workers act with a PolicySource from now on: a model directory as it is, or a
+        training checkpoint's trainable weights on the config's model (as runner.ckpt_path)."""
+        base = src.resolved if src.kind == "model" else self.cfg.rollout.model.model_path
+        self.groups.rollout.run("load_policy", base)
+        self.version, self.dataset_statistics = 0, None
+        if src.kind == "checkpoint":
+            self._load_weights(src.resolved)
 
     def save(self) -> Path:
         extra: dict[str, Any] = {"rollout_rng": self.groups.rollout.run("get_rng_state"),
@@ -325,13 +401,26 @@ def spread_reset_ids(num_states: int, num_envs: int, group_size: int = 1) -> lis
     return [(g * num_states) // groups for g in range(groups) for _ in range(group_size)]
 
 
-def _eval_change(first: tuple[int, dict[str, float]], last: tuple[int, dict[str, float]]) -> str:
-    """One line comparing two evaluations' held-out success (the run's result at a glance)."""
+def _rate(metrics: dict[str, float], prefix: str) -> tuple[float, str]:
+    """(success_once, its formatted rate with Wilson interval and counts) under `prefix`."""
+    rate, n = metrics.get(f"{prefix}/success_once", math.nan), int(metrics.get(f"{prefix}/num_trajectories", 0))
+    return rate, format_rate(round(rate * n), n) if math.isfinite(rate) else format_rate(0, 0)
+
+
+def _eval_change(first: tuple[int, dict[str, float]], last: tuple[int, dict[str, float]], scorings: list[str]) -> str:
+    """One line per scoring comparing two evaluations' held-out success (the run's result at a glance)."""
     (s0, m0), (s1, m1) = first, last
-    a, b = m0.get("eval/success_once", math.nan), m1.get("eval/success_once", math.nan)
-    n0, n1 = int(m0.get("eval/num_trajectories", 0)), int(m1.get("eval/num_trajectories", 0))
-    return (f"eval success (95 % Wilson interval): {format_rate(round(a * n0), n0)} at step {s0} -> "
-            f"{format_rate(round(b * n1), n1)} at step {s1}: {100 * (b - a):+.1f} points")
+    lines = []
+    for scoring in scorings:
+        (a, ra), (b, rb) = _rate(m0, f"eval/{scoring}"), _rate(m1, f"eval/{scoring}")
+        lines.append(f"eval success, {scoring} (95 % Wilson interval): {ra} at step {s0} -> {rb} at step {s1}: "
+                     f"{100 * (b - a):+.1f} points")
+    return "\n".join(lines)
+
+
+def _eval_summary(metrics: dict[str, float], scorings: list[str]) -> str:
+    """One line: every scoring's held-out success with its interval (an evaluation at a glance)."""
+    return "eval success (95 % Wilson interval): " + "; ".join(f"{s} {_rate(metrics, f'eval/{s}')[1]}" for s in scorings)
 
 
 def _merge_env_metrics(parts: list[dict[str, float]], prefix: str) -> dict[str, float]:

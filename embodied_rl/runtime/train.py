@@ -1,4 +1,5 @@
-"""`embodied-rl train` / `embodied-rl eval`: the entry the CLI dispatches to with a validated config."""
+"""`embodied-rl train` / `embodied-rl eval` (and `eval --compare`): the entries the CLI dispatches
+to with a validated config."""
 from __future__ import annotations
 
 import logging
@@ -28,6 +29,15 @@ def ensure_model(cfg: RootConfig) -> None:
 
 
 def main(cfg: RootConfig) -> int:
+    return _run(cfg, lambda runner: runner.eval_only() if cfg.runner.only_eval else runner.train())
+
+
+def compare_main(cfg: RootConfig, sources: list) -> int:
+    """`embodied-rl eval --compare A B`: `sources` are the PolicySources config/checks.py made."""
+    return _run(cfg, lambda runner: runner.compare(sources))
+
+
+def _run(cfg: RootConfig, body) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ensure_model(cfg)
     from embodied_rl.runtime.runner import EmbodiedRunner
@@ -35,6 +45,6 @@ def main(cfg: RootConfig) -> int:
     runner = EmbodiedRunner(cfg)
     try:
         runner.setup()
-        return runner.eval_only() if cfg.runner.only_eval else runner.train()
+        return body(runner)
     finally:
         runner.close()

@@ -12,7 +12,8 @@ import time
 
 from embodied_rl.config.schema.env import EnvConfig
 from embodied_rl.envs import ChunkedVectorEnv, make_env
-from embodied_rl.envs.metrics import merge_metrics
+from embodied_rl.envs.messages import EpisodeSummary
+from embodied_rl.envs.metrics import episode_metrics, merge_metrics
 from embodied_rl.evaluation.provenance import simulator_facts
 from embodied_rl.runtime.channel import Channel
 from embodied_rl.runtime.placement import envs_per_worker, rollout_rank_of
@@ -20,6 +21,7 @@ from embodied_rl.workers.messages import (
     ActionMessage,
     ChannelWiring,
     EnvStepMessage,
+    EpisodeOutcome,
     action_key,
     obs_key,
 )
@@ -50,6 +52,7 @@ class EnvWorker:
         self.per_stage = {m: envs_per_worker(c.total_num_envs, world_size, self.stages, m) for m, c in env_cfgs.items()}
         self._envs: dict[str, list[ChunkedVectorEnv]] = {}
         self._epochs: dict[str, list[int]] = {}  # per mode and stage, kept across release()
+        self._last_episodes: list[EpisodeOutcome] = []
 
     def _stage_envs(self, mode: str) -> list[ChunkedVectorEnv]:
         if mode not in self.cfgs:
@@ -107,6 +110,7 @@ class EnvWorker:
         reset_ids: list[int] | None = None,
         fixed_epoch: int = 0,
         video: bool = True,
+        repeat_states: bool = False,
     ) -> dict[str, float]:
         """One rollout epoch: reset every stage, then T chunk steps driven by the rollout worker.
 
@@ -114,7 +118,10 @@ class EnvWorker:
         (length env.<mode>.total_num_envs); this worker takes its slice.
         fixed_epoch: see ChunkedVectorEnv.reset (the epoch's index within an evaluation).
         video: record this epoch (when video_cfg.save_video); an evaluation records its first.
-        Returns env/* episode metrics and time/env/* (stepping vs waiting for actions).
+        repeat_states: start the previous epoch of this mode over (the same initial states, the
+        reset-id stream not advancing): an evaluation's second scoring.
+        Returns env/* episode metrics and time/env/* (stepping vs waiting for actions); the
+        episodes themselves until the next epoch from `last_episodes`.
         """
         envs = self._stage_envs(mode)
         n = self.per_stage[mode]
@@ -127,7 +134,7 @@ class EnvWorker:
         step_s = wait_s = 0.0
         for s, env in enumerate(envs):
             t0 = time.perf_counter()
-            obs = env.reset(fixed_epoch)
+            obs = env.reset(fixed_epoch, repeat=repeat_states)
             step_s += time.perf_counter() - t0
             self._send(EnvStepMessage(self.rank, s, 0, obs, env.active.copy()))
         for t in range(n_chunk_steps):
@@ -145,7 +152,7 @@ class EnvWorker:
                     terminations=res.terminations, truncations=res.truncations,
                     dones=res.terminations | res.truncations, final_obs=res.final_obs,
                 ))
-        metrics = self._pop_metrics(envs)
+        metrics = self._pop_metrics(envs, n)
         for env in envs:
             env.end_video()
         metrics.update({"time/env/step_s": step_s, "time/env/wait_actions_s": wait_s})
@@ -154,11 +161,26 @@ class EnvWorker:
     def _send(self, msg: EnvStepMessage) -> None:
         self.wiring.obs.put(msg, obs_key(self.wiring.obs_queue, self.rollout_rank, msg.stage))
 
-    @staticmethod
-    def _pop_metrics(envs: list[ChunkedVectorEnv]) -> dict[str, float]:
-        """Episode-weighted means over all stages (env/* names, per task with a /<task_id> suffix)."""
-        merged = merge_metrics([e.pop_metrics() for e in envs])
+    def last_episodes(self) -> list[EpisodeOutcome]:
+        """The episodes of this worker's last `interact` epoch, ordered by sub-env and episode."""
+        return list(self._last_episodes)
+
+    def _pop_metrics(self, envs: list[ChunkedVectorEnv], per_stage: int) -> dict[str, float]:
+        """Episode-weighted means over all stages (env/* names, per task with a /<task_id> suffix);
+        keeps the episodes for last_episodes()."""
+        stages = [e.pop_episodes() for e in envs]
+        self._last_episodes = sorted(
+            (self._outcome(ep, (self.rank * self.stages + s) * per_stage + ep.env_index, k)
+             for s, eps in enumerate(stages) for ep, k in _numbered(eps)),
+            key=lambda o: (o.sub_env, o.episode))
+        merged = merge_metrics([episode_metrics(eps) for eps in stages])
         return {f"env/{k}": v for k, v in merged.items()}
+
+    @staticmethod
+    def _outcome(ep: EpisodeSummary, sub_env: int, episode: int) -> EpisodeOutcome:
+        return EpisodeOutcome(sub_env=sub_env, episode=episode, reset_id=ep.reset_id, task_id=ep.task_id,
+                              success_once=ep.success_once, success_at_end=ep.success_at_end,
+                              episode_return=ep.episode_return, episode_len=ep.episode_len, failed=ep.failed)
 
     def release(self, mode: str) -> None:
         """Close the `mode` envs (their simulator processes); they are rebuilt on next use."""
@@ -170,3 +192,13 @@ class EnvWorker:
         for mode in list(self._envs):
             self.release(mode)
         self.wiring.close()
+
+
+def _numbered(episodes: list[EpisodeSummary]) -> list[tuple[EpisodeSummary, int]]:
+    """Each episode with its index on its sub-env (episodes are listed in the order they ended)."""
+    seen: dict[int, int] = {}
+    out = []
+    for ep in episodes:
+        out.append((ep, seen.get(ep.env_index, 0)))
+        seen[ep.env_index] = seen.get(ep.env_index, 0) + 1
+    return out

@@ -8,7 +8,9 @@ Protocol of one rollout epoch of T chunk steps and S pipeline stages (per env wo
                                                of chunk step t and the next observation
 Env outputs (rewards, dones, final_obs) travel to the rollout worker with the next observation,
 so the rollout worker builds the whole trajectory, including V(final_obs) bootstrap values
-which need the policy. Env metrics go back to the runner as `EnvWorker.interact`'s result.
+which need the policy. Env metrics go back to the runner as `EnvWorker.interact`'s result, the
+epoch's episodes one by one (`EpisodeOutcome`, for paired comparisons) from
+`EnvWorker.last_episodes`.
 """
 from __future__ import annotations
 
@@ -97,6 +99,27 @@ class ActionMessage:
     stage: int
     step: int
     actions: np.ndarray
+
+
+@dataclass(frozen=True)
+class EpisodeOutcome:
+    """One finished episode of a rollout epoch, as an env worker reports it to the runner.
+
+    sub_env: the run-wide sub-env index, (env rank * stages + stage) * sub-envs per stage +
+    index in the stage: with the same config (placement, env.<mode>.total_num_envs) the same
+    sub-env of another evaluation starts from the same reset id under use_fixed_reset_state_ids.
+    episode: the episode's index on its sub-env within the epoch (0 unless auto_reset).
+    """
+
+    sub_env: int
+    episode: int
+    reset_id: int
+    task_id: str
+    success_once: bool
+    success_at_end: bool
+    episode_return: float
+    episode_len: int
+    failed: bool = False
 
 
 @dataclass

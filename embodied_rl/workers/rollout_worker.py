@@ -5,11 +5,17 @@ pipeline stage it gathers their observations (one message each), runs `prepare_i
 `predict` once under `torch.no_grad`, sends each env worker its actions, and accumulates the
 trajectory (see `Trajectory` in workers/messages.py), which `generate` returns to the runner.
 
+Evaluation epochs act with one of the eval sampling specs (a scoring: "greedy" or "sampled");
+a sampled one draws from a generator seeded by (seed, rank, eval epoch) at the start of the
+epoch, so every evaluation of the same weights on the same states draws the same tokens, and
+evaluations never consume the training stream (`get_rng_state`).
+
 `enable_offload` moves the model to CPU between rollouts; it needs a GPU (on CPU the model is
 already in host memory, so the config checks reject the key rather than let it be ignored).
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import defaultdict
 
@@ -62,6 +68,7 @@ class RolloutWorker:
         from embodied_rl.models.registry import build_policy
 
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.model_cfg, self.seed = model_cfg, seed
         self.rank, self.wiring, self.stages = rank, ChannelWiring.of(wiring), pipeline_stage_num
         wiring = self.wiring
         self.env_ranks = [e for e in range(num_env_workers) if rollout_rank_of(e, num_env_workers, world_size) == rank]
@@ -84,19 +91,24 @@ class RolloutWorker:
 
     # ------------------------------------------------------------------ rollout
     @torch.no_grad()
-    def generate(self, n_chunk_steps: int, mode: str = "train", *, send: bool = False
-                 ) -> tuple[Trajectory | None, dict[str, float]]:
+    def generate(self, n_chunk_steps: int, mode: str = "train", *, send: bool = False, scoring: str = "greedy",
+                 eval_epoch: int = 0) -> tuple[Trajectory | None, dict[str, float]]:
         """Serve one rollout epoch of T chunk steps: (Trajectory, time/rollout/* metrics).
 
         send: put the trajectory on the trajectories channel under
         `trajectory_key(wiring.trajectory_queue, rank)` (shared memory on one host, for the
         actor side to `get`) and return None in its place.
-        mode "eval" keeps no trajectory (returns None) and uses the eval sampling spec."""
-        if mode not in self.sampling:
-            raise ValueError(f"RolloutWorker: no sampling spec for mode {mode!r}; have {sorted(self.sampling)}")
+        mode "eval" keeps no trajectory (returns None) and acts with the sampling spec named
+        `scoring`; a sampling one draws from eval_generator(eval_epoch)."""
+        if mode not in ("train", "eval"):
+            raise ValueError(f"RolloutWorker: unknown mode {mode!r}; valid: train, eval")
+        name = "train" if mode == "train" else scoring
+        if name not in self.sampling:
+            raise ValueError(f"RolloutWorker: no sampling spec {name!r} for mode {mode!r}; have {sorted(self.sampling)}")
         if self.enable_offload:
             self.onload()
-        spec, keep = self.sampling[mode], mode == "train"
+        spec, keep = self.sampling[name], mode == "train"
+        generator = self.generator if keep else self.eval_generator(eval_epoch)
         rec: list[dict[str, list]] = [defaultdict(list) for _ in range(self.stages)]
         infer_s = wait_s = 0.0
         for t in range(n_chunk_steps + 1):
@@ -111,7 +123,7 @@ class RolloutWorker:
                     inputs = self._inputs(obs)
                     out = self.policy.predict(inputs, do_sample=spec.do_sample, temperature=spec.temperature,
                                               top_k=spec.top_k, compute_values=self.compute_values and keep,
-                                              generator=self.generator)
+                                              generator=generator)
                     self._send_actions(s, t, out.actions.float().cpu().numpy(), [m.obs.num_envs for m in msgs])
                     if keep:
                         self._record_step(rec[s], out, msgs)
@@ -237,6 +249,23 @@ class RolloutWorker:
         self.policy.to(self.device)
         if self.kl_reference is not None:
             self.kl_reference.to(self.device)
+
+    def eval_generator(self, eval_epoch: int) -> torch.Generator:
+        """A fresh generator for epoch `eval_epoch` of an evaluation: seeded by (seed, rank, epoch)
+        only, so every evaluation (and both policies of a comparison) draw the same numbers."""
+        seed = int(np.random.SeedSequence([self.seed, self.rank, eval_epoch, 0xE7A1]).generate_state(1)[0])
+        return torch.Generator(device=self.device).manual_seed(seed)
+
+    def load_policy(self, model_path: str) -> int:
+        """Rebuild the policy from the checkpoint at model_path (actor.model settings otherwise
+        unchanged): a comparison evaluates several policies with the same workers. Weight version
+        and dataset statistics start afresh (those of the checkpoint); returns the version, 0."""
+        from embodied_rl.models.registry import build_policy
+
+        cfg = dataclasses.replace(self.model_cfg, model_path=model_path)
+        self.policy = build_policy(cfg, device=self.device, warn_untrained_value_head=False, init_seed=self.seed).eval()
+        self.version = 0
+        return self.version
 
     def get_rng_state(self) -> torch.Tensor:
         return self.generator.get_state()

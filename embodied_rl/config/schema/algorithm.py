@@ -9,19 +9,23 @@ Contradictory or ineffective combinations are rejected by `validate()` rather th
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Literal
 
 from embodied_rl.errors import ConfigError
 
 GRANULARITIES = ("token_level", "action_level", "chunk_level")
 REWARD_NORMS = ("none", "batch", "group", "running")
+#: How an evaluation picks action tokens: greedy = argmax, sampled = drawn at temperature_eval.
+EVAL_SCORINGS = ("greedy", "sampled")
+EvalScoring = Literal["greedy", "sampled"]
 
 
 @dataclass
 class SamplingParams:
     do_sample: bool = field(default=True, metadata={"help": "Sample action tokens during training rollouts (false = argmax; log-probs are still reported)."})
     temperature_train: float = field(default=1.0, metadata={"help": "Softmax temperature of training rollouts and of the training forward pass."})
-    do_sample_eval: bool = field(default=False, metadata={"help": "Sample action tokens during evaluation rollouts; false = greedy (argmax), the usual protocol for reported success rates."})
-    temperature_eval: float = field(default=1.0, metadata={"help": "Softmax temperature of evaluation rollouts (used only with do_sample_eval)."})
+    eval_scoring: list[EvalScoring] = field(default_factory=lambda: ["greedy", "sampled"], metadata={"help": "How every evaluation (and embodied-rl eval, and each side of eval --compare) scores the policy, each scoring on the same initial states: greedy (argmax action tokens, the usual protocol for reported success rates) and/or sampled (tokens drawn at temperature_eval with top_k, as RL rollouts act; seeded per eval epoch, reproducible). Each is logged as eval/<scoring>/... with its intervals; the first, the primary, also as eval/... . Each scoring is one more pass over the eval episodes."})
+    temperature_eval: float = field(default=1.0, metadata={"help": "Softmax temperature of the sampled evaluation scoring (eval_scoring: sampled)."})
     top_k: int | None = field(default=None, metadata={"help": "Keep the k most likely of the 256 action bins before sampling; null = all bins."})
 
 
@@ -133,6 +137,14 @@ class AlgorithmConfig:
             raise ConfigError("algorithm.sampling_params.temperature_train/temperature_eval must be > 0")
         if self.sampling_params.top_k is not None and not 1 <= self.sampling_params.top_k <= 256:
             raise ConfigError("algorithm.sampling_params.top_k must be in [1, 256] (action bins) or null")
+        scoring = list(self.sampling_params.eval_scoring)
+        if not scoring:
+            raise ConfigError(f"algorithm.sampling_params.eval_scoring is empty; list at least one of: {', '.join(EVAL_SCORINGS)}")
+        for s in scoring:
+            if s not in EVAL_SCORINGS:
+                raise ConfigError(f"algorithm.sampling_params.eval_scoring: {s!r} is not a scoring; choose from: {', '.join(EVAL_SCORINGS)}")
+        if len(set(scoring)) != len(scoring):
+            raise ConfigError(f"algorithm.sampling_params.eval_scoring=[{', '.join(scoring)}] repeats a scoring; list each at most once")
 
 
 def _choice(key: str, value: str, valid: tuple[str, ...]) -> None:
@@ -145,7 +157,7 @@ RUNTIME_KEYS: dict[str, str] = {
     "update_epoch": "runtime actor loop: passes over the batch per training step",
     "rollout_epoch": "runtime rollout loop: rollout epochs per training step",
     "eval_rollout_epoch": "runtime evaluation: rollout epochs per evaluation",
-    "sampling_params": "rollout/model: action-token sampling (do_sample, temperatures, top_k)",
+    "sampling_params": "rollout/model: action-token sampling (do_sample, temperatures, top_k); runtime evaluation: eval_scoring",
 }
 
 

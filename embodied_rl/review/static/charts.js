@@ -7,6 +7,11 @@
   const W = 640, H = 240, M = { l: 52, r: 12, t: 12, b: 32 };
   const SUCCESS = /(^|\/)success(_once|_at_end)?$/;
   const RETURN = /(^|\/)return$/;
+  // An evaluation scored several ways logs each under eval/<scoring>/<metric>[/<task>] (the
+  // scoring sits before the metric, a task after it) and its first scoring again as
+  // eval/<metric>: where a run has the named curves, the unnamed copy is not drawn twice.
+  const SCORINGS = ["greedy", "sampled"];
+  const SCORED = /^eval\/(greedy|sampled)\//;
 
   function niceTicks(lo, hi, count) {
     const span = hi - lo || 1;
@@ -32,18 +37,26 @@
       this.render();
     }
 
-    metricSeries(test) {
+    metricSeries(test, { all = false } = {}) {
       const out = [];
       const many = this.catalog.runs.length > 1;
       for (const run of this.catalog.runs) {
         for (const [key, points] of Object.entries(run.metrics)) {
           if (!test(key)) continue;
+          if (!all && this.isPrimaryCopy(run.metrics, key)) continue;
           const mode = key.startsWith("eval/") ? "eval" : "train";
           out.push({ label: (many ? run.name + ": " : "") + key, points: points, run: run.id, mode: mode,
                      interval: this.interval(run.metrics, key) });
         }
       }
       return out;
+    }
+
+    // eval/<metric> when the run also logged it under a scoring's name: the primary scoring's
+    // copy (the same values as eval/<primary scoring>/<metric>).
+    isPrimaryCopy(metrics, key) {
+      if (!key.startsWith("eval/") || SCORED.test(key)) return false;
+      return SCORINGS.some((s) => key.replace(/^eval\//, `eval/${s}/`) in metrics);
     }
 
     // step -> [low, high, episodes] of a success rate's 95 % Wilson interval, when the run
@@ -90,7 +103,7 @@
           series: this.metricSeries((k) => SUCCESS.test(k)).concat(this.videoSeries("success")) },
         { title: "Return", series: this.metricSeries((k) => RETURN.test(k)).concat(this.videoSeries("return")) },
       ];
-      if (this.extra.value) specs.push({ title: this.extra.value, series: this.metricSeries((k) => k === this.extra.value) });
+      if (this.extra.value) specs.push({ title: this.extra.value, series: this.metricSeries((k) => k === this.extra.value, { all: true }) });
       $("charts").replaceChildren(...specs.map((spec) => this.chart(spec)));
     }
 

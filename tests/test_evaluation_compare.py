@@ -1,0 +1,134 @@
+"""`embodied-rl eval --compare A B` without simulators: pairing, counts, report, and the checks
+that run before anything starts (the real runs are in tests/test_runtime_e2e.py and
+tests/test_eval_compare.py)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from embodied_rl import cli
+from embodied_rl.config.checks import check_compare
+from embodied_rl.config.loader import load_config
+from embodied_rl.errors import ConfigError
+from embodied_rl.evaluation.compare import (
+    comparison_report,
+    format_report,
+    pair_episodes,
+    paired_result,
+)
+from embodied_rl.evaluation.intervals import mcnemar_exact, wilson_interval
+from embodied_rl.runtime import checkpoint as ckpt
+from embodied_rl.workers.messages import EpisodeOutcome
+
+REPO = Path(__file__).resolve().parents[1]
+SFT_MODEL = REPO / "models" / "tiny-oft-push-cube-sft"
+
+
+def outcome(sub_env: int, success: bool, reset_id: int | None = None, ret: float = 0.0) -> EpisodeOutcome:
+    return EpisodeOutcome(sub_env=sub_env, episode=0, reset_id=1000 + sub_env if reset_id is None else reset_id,
+                          task_id="PushCube-v1", success_once=success, success_at_end=success, episode_return=ret,
+                          episode_len=40)
+
+
+def evaluation(successes: list[bool], epochs: int = 1) -> list[tuple[int, EpisodeOutcome]]:
+    n = len(successes) // epochs
+    return [(k // n, outcome(k % n, s)) for k, s in enumerate(successes)]
+
+
+def test_pairs_by_epoch_and_sub_env_and_counts_discordant_pairs() -> None:
+    a = evaluation([True, True, False, False, True, False, True, True], epochs=2)
+    b = evaluation([True, False, False, True, False, False, False, True], epochs=2)
+    pairs = pair_episodes(list(reversed(a)), b)  # order does not matter: keys do
+    assert [(epoch, x.sub_env) for x, _, epoch in pairs] == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (1, 2), (1, 3)]
+    r = paired_result(pairs)
+    assert (r.n, r.successes_a, r.successes_b, r.only_a, r.only_b) == (8, 5, 3, 3, 1)
+    assert r.p_value == mcnemar_exact(3, 1) and r.difference == pytest.approx(0.25)
+    same = paired_result(pair_episodes(a, a))
+    assert (same.only_a, same.only_b, same.p_value) == (0, 0, 1.0)
+
+
+def test_unpaired_evaluations_are_an_error() -> None:
+    a = evaluation([True, False])
+    with pytest.raises(ValueError, match="different episodes"):
+        pair_episodes(a, a[:1])
+    with pytest.raises(ValueError, match="reset id 1001 for A but 7"):
+        pair_episodes(a, [a[0], (0, outcome(1, False, reset_id=7))])
+
+
+def test_report_matches_its_episode_records_and_prints_both_scorings() -> None:
+    from embodied_rl.evaluation.compare import PolicySource
+
+    sources = [PolicySource("A", "runs/x", "checkpoint", "/abs/runs/x/checkpoints/global_step_00000002"),
+               PolicySource("B", "models/m", "model", "/abs/models/m")]
+    episodes = {"A": {"greedy": evaluation([True, True, False, False]), "sampled": evaluation([False, True, False, False])},
+                "B": {"greedy": evaluation([False, True, True, False]), "sampled": evaluation([False, False, False, False])}}
+    report = json.loads(json.dumps(comparison_report(sources, ["greedy", "sampled"], episodes, {"A": {}, "B": {}})))
+    for scoring in ("greedy", "sampled"):
+        r, recs = report["results"][scoring], report["episodes"]
+        only_a = sum(e["A"][scoring]["success_once"] and not e["B"][scoring]["success_once"] for e in recs)
+        only_b = sum(e["B"][scoring]["success_once"] and not e["A"][scoring]["success_once"] for e in recs)
+        assert (r["only_a"], r["only_b"], r["mcnemar_p"]) == (only_a, only_b, mcnemar_exact(only_a, only_b))
+        for side in ("A", "B"):
+            k = sum(e[side][scoring]["success_once"] for e in recs)
+            assert r[side]["successes"] == k and (r[side]["ci95_low"], r[side]["ci95_high"]) == pytest.approx(wilson_interval(k, 4))
+    assert [e["reset_id"] for e in report["episodes"]] == [1000, 1001, 1002, 1003]
+    lines = format_report(report)
+    assert lines[0].startswith("greedy: 4 paired episodes") and "only A" in lines[3] and lines[4].startswith("sampled:")
+    assert lines[1].split() == ["A", "runs/x", "0.500", "[0.150,", "0.850]", "(2/4)"]
+
+
+# ---- checks before anything starts ----------------------------------------------------------
+
+def _cfg(tmp_path: Path, *overrides: str):
+    return load_config("maniskill_ppo_from_sft", ["runner.only_eval=true", f"runner.output_dir={tmp_path}/runs", *overrides])
+
+
+def _checkpoint(run: Path) -> Path:
+    d = run / "checkpoints" / ckpt.step_dir_name(3)
+    (d / "actor").mkdir(parents=True)
+    (d / "actor" / ckpt.ACTOR_WEIGHTS).write_bytes(b"")
+    (d / ckpt.META).write_text(json.dumps({"format": ckpt.FORMAT, "global_step": 3, "weight_version": 3}))
+    return d
+
+
+def test_check_compare_resolves_model_dirs_and_checkpoints(tmp_path: Path) -> None:
+    step = _checkpoint(tmp_path / "run")
+    a, b = check_compare(_cfg(tmp_path), [str(SFT_MODEL), str(tmp_path / "run")])
+    assert (a.kind, a.resolved) == ("model", str(SFT_MODEL.resolve()))
+    assert (b.label, b.kind, b.resolved) == ("B", "checkpoint", str(step.resolve()))  # a run directory: its newest
+
+
+@pytest.mark.parametrize(("case", "overrides", "expected"), [
+    ("missing", [], "--compare B={tmp}/missing: no such directory; pass a model directory"),
+    ("empty", [], "--compare B={tmp}/empty: neither a model directory (no config.json) nor a training checkpoint"),
+    ("no_weights", [], "--compare B={tmp}/no_weights: config.json but no *.safetensors weights"),
+    ("incomplete", [], "--compare B={tmp}/incomplete: checkpoint "),
+    ("run", ["env.eval.use_fixed_reset_state_ids=false"], "--compare pairs episodes by initial state: set env.eval.use_fixed_reset_state_ids=true"),
+    ("run", ["env.eval.auto_reset=true"], "--compare pairs one episode per sub-env and eval epoch: set env.eval.auto_reset=false"),
+])
+def test_check_compare_refuses_with_one_line(tmp_path: Path, case: str, overrides: list[str], expected: str) -> None:
+    _checkpoint(tmp_path / "run")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "no_weights").mkdir()
+    (tmp_path / "no_weights" / "config.json").write_text("{}")
+    (_checkpoint(tmp_path / "incomplete_run") / "actor" / ckpt.ACTOR_WEIGHTS).unlink()
+    (tmp_path / "incomplete").symlink_to(tmp_path / "incomplete_run" / "checkpoints" / ckpt.step_dir_name(3))
+    with pytest.raises(ConfigError) as err:
+        check_compare(_cfg(tmp_path, *overrides), [str(SFT_MODEL), str(tmp_path / case)])
+    message = str(err.value)
+    assert message.startswith(expected.format(tmp=tmp_path)) and "\n" not in message, message
+
+
+def test_check_compare_refuses_ckpt_path(tmp_path: Path) -> None:
+    _checkpoint(tmp_path / "run")
+    with pytest.raises(ConfigError, match="--compare evaluates A and B: remove runner.ckpt_path"):
+        check_compare(_cfg(tmp_path, f"runner.ckpt_path={tmp_path / 'run'}"), [str(SFT_MODEL), str(SFT_MODEL)])
+
+
+def test_compare_is_an_eval_option_and_overrides_may_follow_it() -> None:
+    ns = cli.parse(["eval", "maniskill_ppo_from_sft", "--compare", "a", "b", "algorithm.eval_rollout_epoch=2"])
+    assert ns.compare == ["a", "b"] and ns.args == ["maniskill_ppo_from_sft", "algorithm.eval_rollout_epoch=2"]
+    with pytest.raises(SystemExit):
+        cli.parse(["train", "--compare", "a", "b"])
