@@ -50,6 +50,11 @@ CASES: list[tuple[str, list[str], str]] = [
     ("train", ["+env.train.init_params.bogus=1"], "bogus"),
     ("train", ["env.train=no_such_task"], "env.train: unknown env config 'no_such_task'"),
     ("train", ["env.train=missing/task.yaml"], "env.train: env config file not found: missing/task.yaml"),
+    # distribution shifts (env_configs/*_shift_*.yaml, init_params.shift)
+    ("eval", ["env.eval=maniskill_push_cube_shift_dim_light", "env.eval.init_params.shift.light_scale=0"],
+     "env.eval.init_params.shift: light_scale=0.0 must be in (0, 4]"),
+    ("eval", ["env.eval=maniskill_stack_cube", "+env.eval.init_params.shift.object_scale=1.5"],
+     "env.eval.init_params: shift.object_scale is not supported: StackCube-v1 does not support it"),
     # algorithm and critic
     ("train", ["actor.model.add_value_head=false"], "algorithm.adv_type=gae trains a critic: set actor.model.add_value_head=true"),
     ("train", ["actor.model.value_type=action_level"], "set actor.model.value_type=chunk_level"),

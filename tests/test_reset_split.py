@@ -9,7 +9,7 @@ from embodied_rl.config.loader import (
     ENV_CONFIG_DIR,
     available,
     load_config,
-    read_yaml,
+    read_env_config,
 )
 from embodied_rl.config.typecheck import build
 from embodied_rl.envs import get_simulator
@@ -27,7 +27,7 @@ ENV_CONFIGS = available(ENV_CONFIG_DIR)
 
 def _spaces(env_name: str) -> dict[str, object]:
     """Each split's reset ids of an env config file as shipped (its own init_params)."""
-    env = read_yaml(ENV_CONFIG_DIR / f"{env_name}.yaml")
+    env = read_env_config(ENV_CONFIG_DIR / f"{env_name}.yaml")
     backend = get_simulator(env["env_type"])
     params = build(backend.params_cls, dict(env["init_params"]), f"{env_name}.init_params")
     return {split: backend.reset_id_space(params, split) for split in ("train", "eval", "all")}

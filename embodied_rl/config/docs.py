@@ -38,6 +38,9 @@ embodied-rl print-config my_experiment.yaml +env.train.init_params.robot_uids=pa
   file works too (`env.train=path/to/task.yaml`, relative to the working directory).
 - Experiment configs live in `configs/`, env configs in `env_configs/`; an unknown name
   is an error that lists the available ones.
+- An env config can build on another: `base: <name>` (or `base: other.yaml`, relative to
+  the file) merges it under the file's own keys, e.g. the distribution-shift variants
+  `env_configs/<task>_shift_<factor>.yaml` (docs/EVALUATION.md).
 - `${a.b}` interpolates another key; `${oc.env:VAR}` reads an environment variable.
 - Unknown keys, wrong types, `???` (required) values and invalid choices are errors that
   name the key. The resolved config is saved as `<runner.logger.log_path>/config.yaml`.

@@ -1,9 +1,10 @@
 """Load an experiment config: YAML file + env configs + CLI overrides -> validated RootConfig.
 
-Order (later wins): schema defaults < env configs picked by `defaults:` (or `env.train=<name>`)
-< the experiment YAML < `key=value` overrides. Interpolations (`${runner.seed}`) are resolved
-on the merged tree, then every key is checked against the schema and every
-`env.<train|eval>.init_params` against its simulator backend's `params_cls`.
+Order (later wins): schema defaults < env configs picked by `defaults:` (or `env.train=<name>`),
+each on top of the env config its `base:` names < the experiment YAML < `key=value` overrides.
+Interpolations (`${runner.seed}`) are resolved on the merged tree, then every key is checked
+against the schema and every `env.<train|eval>.init_params` against its simulator backend's
+`params_cls`.
 """
 from __future__ import annotations
 
@@ -80,14 +81,47 @@ def find_env_config(name: str, section: str, dirs: Sequence[Path]) -> Path:
         if not path.is_file():
             raise ConfigError(f"env.{section}: env config file not found: {name} (a path is relative to the working directory)")
         return path
-    for d in dirs:
-        if (d / f"{name}.yaml").is_file():
-            return d / f"{name}.yaml"
-    names = sorted({n for d in dirs for n in available(d)})
-    raise ConfigError(
-        f"env.{section}: unknown env config '{name}'; available: {', '.join(names) or '(none)'} "
-        f"(in {', '.join(str(d) for d in dirs) or ENV_CONFIG_DIR})"
-    )
+    found = _named(name, dirs)
+    if found is None:
+        raise ConfigError(f"env.{section}: unknown env config '{name}'; available: {_names(dirs)} "
+                          f"(in {', '.join(str(d) for d in dirs) or ENV_CONFIG_DIR})")
+    return found
+
+
+def _named(name: str, dirs: Sequence[Path]) -> Path | None:
+    return next((d / f"{name}.yaml" for d in dirs if (d / f"{name}.yaml").is_file()), None)
+
+
+def _names(dirs: Sequence[Path]) -> str:
+    return ", ".join(sorted({n for d in dirs for n in available(d)})) or "(none)"
+
+
+def read_env_config(path: Path, dirs: Sequence[Path] = (ENV_CONFIG_DIR,), _chain: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """An env config file's keys, on top of the env config its `base:` names, if any.
+
+    `base: <name>` (looked up next to the file, then in `dirs`) or `base: <path>.yaml` (relative
+    to the file) lets a variant, e.g. a distribution shift of a task, state only what it
+    changes; bases may have bases. Mappings merge key by key, lists are replaced (deep_merge).
+    """
+    data = read_yaml(path)
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    if not isinstance(base, str) or not base:
+        raise ConfigError(f"{path}: base must name an env config (e.g. base: maniskill_push_cube), got {base!r}")
+    if _is_path(base):
+        base_path = path.parent / base
+        if not base_path.is_file():
+            raise ConfigError(f"{path}: base: {base} not found (a path is relative to {path.parent})")
+    else:
+        lookup = list(dict.fromkeys([path.parent, *dirs]))
+        base_path = _named(base, lookup)
+        if base_path is None:
+            raise ConfigError(f"{path}: base: unknown env config '{base}'; available: {_names(lookup)}")
+    chain = (*_chain, path.resolve())
+    if base_path.resolve() in chain:
+        raise ConfigError(f"{path}: base: {base} makes a cycle ({' -> '.join(p.stem for p in (*chain, base_path))}); remove one base")
+    return deep_merge(read_env_config(base_path, dirs, chain), data)
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
@@ -170,7 +204,7 @@ def compose(name_or_path: str, overrides: Sequence[str] = ()) -> dict[str, Any]:
     tree = dataclasses.asdict(RootConfig())
     dirs = env_config_dirs(experiment)
     for section, name in picks.items():
-        env_yaml = read_yaml(find_env_config(name, section, dirs))
+        env_yaml = read_env_config(find_env_config(name, section, dirs), dirs)
         tree["env"][section] = deep_merge(tree["env"][section], env_yaml)  # the section's schema defaults
     _drop_replaced(tree, raw)
     tree = deep_merge(tree, raw)
@@ -288,6 +322,7 @@ __all__ = [
     "config_from_dict",
     "find_experiment",
     "load_config",
+    "read_env_config",
     "resolve",
     "save_resolved_config",
     "to_dict",

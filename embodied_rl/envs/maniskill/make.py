@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from embodied_rl.envs.maniskill.params import ManiSkillParams
+from embodied_rl.envs.maniskill.shifts import gym_make_args
 from embodied_rl.errors import ConfigError, UserError
 
 OFFLINE_TASKS = "PickCube-v1, PushCube-v1, StackCube-v1, PegInsertionSide-v1, PullCube-v1, PlugCharger-v1"
@@ -53,7 +54,8 @@ def _missing_asset_error(task: str, detail: str) -> MissingAssetError:
 
 
 def make_gym_env(params: ManiSkillParams, num_envs: int = 1) -> Any:
-    """gym.make the task; one env on the CPU sim, `num_envs` batched envs on the GPU sim."""
+    """gym.make the task (its shifted subclass with `params.shift`, see shifts.py); one env on
+    the CPU sim, `num_envs` batched envs on the GPU sim."""
     import gymnasium as gym
     import mani_skill.envs  # noqa: F401 - registers the tasks
     from mani_skill.utils.registration import REGISTERED_ENVS
@@ -73,9 +75,10 @@ def make_gym_env(params: ManiSkillParams, num_envs: int = 1) -> Any:
     }
     if params.robot_uids is not None:
         kwargs["robot_uids"] = params.robot_uids
+    env_id, shift_kwargs = gym_make_args(params)
     try:
         with _no_download_prompt():
-            return gym.make(params.id, **kwargs)
+            return gym.make(env_id, **kwargs, **shift_kwargs)
     except _AssetPrompt as err:
         raise _missing_asset_error(params.id, str(err)) from None
     except FileNotFoundError as err:

@@ -1,10 +1,83 @@
 """`init_params` of `env_type: maniskill` env configs."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
+from embodied_rl.envs.maniskill.shift_tasks import max_distractors, unsupported_shift
 from embodied_rl.errors import ConfigError
+
+# Named colours of the shift keys (RGB in [0, 1]); any other as 'r,g,b'. Not '#rrggbb': in
+# YAML an unquoted '#' starts a comment, which would silently leave the key null (no shift).
+COLORS: dict[str, tuple[float, float, float]] = {
+    "green": (0.1, 0.65, 0.15), "yellow": (0.95, 0.8, 0.05), "purple": (0.5, 0.15, 0.7),
+    "orange": (1.0, 0.45, 0.05), "cyan": (0.05, 0.75, 0.8), "blue": (0.05, 0.15, 0.85),
+    "red": (0.9, 0.05, 0.05), "white": (0.95, 0.95, 0.95), "gray": (0.45, 0.45, 0.45),
+    "black": (0.05, 0.05, 0.05), "warm": (1.0, 0.75, 0.45), "cool": (0.55, 0.75, 1.0),
+}
+_COLOR_HELP = " | ".join(COLORS) + " or 'r,g,b' (three numbers in [0, 1])"
+_NUMBER = r"\s*(?:0|1|0?\.\d+|1\.0*)\s*"
+_RGB = re.compile(rf"^{_NUMBER},{_NUMBER},{_NUMBER}$")
+
+
+def parse_color(value: str) -> tuple[float, float, float]:
+    """RGB in [0, 1] of a COLORS name or of 'r,g,b'; ValueError otherwise."""
+    if value in COLORS:
+        return COLORS[value]
+    if _RGB.match(value):
+        r, g, b = (float(x) for x in value.split(","))
+        return r, g, b
+    raise ValueError(f"{value!r} is not a colour; use {_COLOR_HELP}")
+
+
+@dataclass
+class ShiftParams:
+    """Distribution shifts for evaluation, one factor per key; the defaults change nothing."""
+
+    # metadata "family": the kind of shift (vision, semantics, execution), as in RL4VLA's evaluation
+    light_scale: float = field(default=1.0, metadata={"family": "vision", "help": "Multiplier of every light's intensity (ambient and directional), in (0, 4]: < 1 dims the scene, > 1 brightens it."})
+    light_color: str | None = field(default=None, metadata={"family": "vision", "help": f"Tint multiplied into every light's colour: {_COLOR_HELP}. null = white light."})
+    table_color: str | None = field(default=None, metadata={"family": "vision", "help": f"Flat colour replacing the table's wood texture: {_COLOR_HELP}. null = the texture."})
+    distractors: int = field(default=0, metadata={"family": "vision", "help": "Primitive objects (boxes, upright cylinders, other colours) placed on the table beside the task's objects, at free slots and with jitter drawn per episode; 0 to the task's number of slots (6 on PickCube/PushCube, 4 on StackCube)."})
+    camera_offset: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0], metadata={"family": "vision", "help": "Translation (x, y, z in metres, world frame, each within ±0.5) of the main camera, set through ManiSkill's sensor_configs pose override; its orientation is kept."})
+    object_color: str | None = field(default=None, metadata={"family": "semantics", "help": f"Colour of the task's manipulated object (PickCube/PushCube: the cube, StackCube: cubeA, the one to pick up): {_COLOR_HELP}. null = the task's colour."})
+    object_scale: float = field(default=1.0, metadata={"family": "semantics", "help": "Multiplier, in [0.5, 2], of the manipulated object's half-size (PickCube/PushCube: cube_half_size, 0.02 m), which the task's loading, initial height and success check all read."})
+    robot_init_qpos_noise: float | None = field(default=None, metadata={"family": "execution", "help": "Std (radians, in [0, 0.5]) of the Gaussian noise ManiSkill adds to the robot's initial joint positions (the task's robot_init_qpos_noise kwarg). null = the task's default (0.02)."})
+    object_xy_offset: list[float] = field(default_factory=lambda: [0.0, 0.0], metadata={"family": "execution", "help": "Offset (x, y in metres, each within ±0.2) added to the initial xy of the task's objects and goal together, so their relation holds (PickCube: cube and goal, PushCube: cube and target, StackCube: both cubes, PegInsertionSide: peg and box)."})
+
+    def __post_init__(self) -> None:
+        # ValueError: the config loader prefixes the section's key (env.<mode>.init_params.shift)
+        if not 0.0 < self.light_scale <= 4.0:
+            raise ValueError(f"light_scale={self.light_scale} must be in (0, 4] (1 = unchanged)")
+        for key in ("light_color", "table_color", "object_color"):
+            value = getattr(self, key)
+            if value is not None:
+                try:
+                    parse_color(value)
+                except ValueError as err:
+                    raise ValueError(f"{key}={err}") from None
+        if self.distractors < 0:
+            raise ValueError(f"distractors={self.distractors} must be >= 0")
+        if not 0.5 <= self.object_scale <= 2.0:
+            raise ValueError(f"object_scale={self.object_scale} must be in [0.5, 2] (1 = unchanged)")
+        if self.robot_init_qpos_noise is not None and not 0.0 <= self.robot_init_qpos_noise <= 0.5:
+            raise ValueError(f"robot_init_qpos_noise={self.robot_init_qpos_noise} must be in [0, 0.5] radians (or null)")
+        for key, n, bound in (("camera_offset", 3, 0.5), ("object_xy_offset", 2, 0.2)):
+            value = getattr(self, key)
+            if len(value) != n or any(abs(v) > bound for v in value):
+                raise ValueError(f"{key}={value} must be {n} numbers, each within ±{bound} m")
+
+    @staticmethod
+    def family(key: str) -> str:
+        """vision | semantics | execution of a shift key; an instruction paraphrase
+        (env.task_description) is semantics."""
+        return "semantics" if key == "task_description" else next(f for f in fields(ShiftParams) if f.name == key).metadata["family"]
+
+    def changed(self) -> set[str]:
+        """Keys set to something other than their default."""
+        default = ShiftParams()
+        return {f.name for f in fields(self) if getattr(self, f.name) != getattr(default, f.name)}
 
 
 @dataclass
@@ -21,6 +94,7 @@ class ManiSkillParams:
     wrist_camera: str = field(default="auto", metadata={"help": "Wrist sensor: auto (hand_camera when the robot has one) | none | a sensor name."})
     robot_uids: str | None = field(default=None, metadata={"help": "Robot to load (null = the task's default, e.g. panda_wristcam for StackCube)."})
     append_goal_to_state: bool = field(default=False, metadata={"help": "Append the task's goal position (`extra/goal_pos`, xyz in metres, 3 values) to the state vector. Privileged information: PickCube-v1's goal is hidden from every camera, so an image policy can only solve it with this (and actor.model.use_proprio). Tasks without a goal position in their rgb observation (PushCube-v1, StackCube-v1) reject it."})
+    shift: ShiftParams = field(default_factory=ShiftParams)
 
     def __post_init__(self) -> None:
         if self.obs_mode != "rgb":
@@ -34,3 +108,26 @@ class ManiSkillParams:
         for key in ("camera_heights", "camera_widths"):
             if not 8 <= getattr(self, key) <= 2048:
                 raise ConfigError(f"env.init_params.{key}={getattr(self, key)} must be between 8 and 2048")
+        if isinstance(self.shift, dict):  # built by hand rather than by the config loader
+            self.shift = ShiftParams(**self.shift)
+        self._check_shift()
+
+    def _check_shift(self) -> None:
+        # ValueError: the config loader prefixes the section's key (env.<mode>.init_params)
+        bad = unsupported_shift(self.id, self.shift.changed())
+        if bad is not None:
+            raise ValueError(f"shift.{bad[0]} is not supported: {bad[1]}; remove it")
+        most = max_distractors(self.id)
+        if self.shift.distractors > most:
+            raise ValueError(f"shift.distractors={self.shift.distractors}: {self.id} has {most} free table slots; use at most {most}")
+
+
+def shift_keys(env_config: dict, base_config: dict) -> set[str]:
+    """Keys in which an env config (a plain mapping, as `read_env_config` gives it) shifts its
+    base: its changed `init_params.shift` keys, plus `task_description` if reworded."""
+    shift = (env_config.get("init_params") or {}).get("shift") or {}
+    base_shift = (base_config.get("init_params") or {}).get("shift") or {}
+    keys = {k for k, v in shift.items() if base_shift.get(k, getattr(ShiftParams(), k, None)) != v}
+    if env_config.get("task_description") != base_config.get("task_description"):
+        keys.add("task_description")
+    return keys
