@@ -34,6 +34,8 @@ from pathlib import Path
 # The RL phases start from the SFT export and evaluate on the SFT config's env (PushCube, 64 px).
 PUSH = ["env.train=maniskill_push_cube", "env.eval=maniskill_push_cube"]
 RL_CONFIGS = {"ppo": "maniskill_ppo_tiny", "grpo": "maniskill_grpo_tiny"}
+# Chunk steps per episode in both RL configs: 40-step episodes, chunks of 8 actions (_env_steps reads them back).
+CHUNK_STEPS = 5
 
 
 def cli(*args: str, cwd: Path, log: Path) -> float:
@@ -81,7 +83,7 @@ def run_rl(algo: str, out: dict, a: argparse.Namespace, work: Path) -> None:
     # minibatches per update epoch (measured: 4 episodes per step at lr 1e-4 collapse the policy;
     # one optimizer step per epoch moved it by an approx-KL of ~1e-4 per update).
     train_envs = (1 if a.minimal else 2) * eval_envs
-    batch = train_envs * 5 * a.rollout_epochs  # chunk steps per episode: 40 steps / chunks of 8
+    batch = train_envs * CHUNK_STEPS * a.rollout_epochs
     name = f"{algo}_s{seed}"
     out["time_s"][algo] = cli(
         "train", RL_CONFIGS[algo], f"actor.model.model_path=models/sft_s{seed}", "actor.model.create_preset=null", *PUSH,
