@@ -126,6 +126,21 @@ def test_value_lr_group_drives_the_value_head(actor_hosts, model_dir, batch):  #
     assert changed and all(k.startswith("value_head.") for k in changed), sorted(changed)[:5]
 
 
+def test_critic_warmup_moves_only_the_value_head_then_the_policy(actor_hosts, model_dir, batch):  # noqa: F811
+    cfg = actor_config(model_dir, "runner.critic_warmup=1")
+    with ActorGroup(actor_hosts, cfg, 1) as group:
+        states = [group.call("get_trainable_state_dict")[0][0]]
+        metrics = []
+        for _ in range(2):
+            metrics.append(group.call("train_step", batch)[0])
+            states.append(group.call("get_trainable_state_dict")[0][0])
+    changed = [{k for k in states[0] if not torch.equal(states[i][k], states[i + 1][k])} for i in range(2)]
+    assert changed[0] and all(k.startswith("value_head.") for k in changed[0]), sorted(changed[0])[:5]
+    assert any(not k.startswith("value_head.") for k in changed[1])
+    assert [m["train/critic/warmup"] for m in metrics] == [1.0, 0.0]
+    assert metrics[0]["train/actor/lr"] == 0.0 and metrics[1]["train/actor/lr"] == cfg.actor.optim.lr
+
+
 def test_grpo_batch_without_critic_trains(actor_hosts, model_dir):  # noqa: F811
     cfg = actor_config(model_dir, "algorithm.adv_type=grpo", "algorithm.group_size=2", "env.train.group_size=2",
                        "actor.model.add_value_head=false")

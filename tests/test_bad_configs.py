@@ -64,6 +64,9 @@ CASES: list[tuple[str, list[str], str]] = [
     ("train", ["algorithm.kl_penalty=full", "algorithm.kl_beta=0.1"], "kl_penalty"),
     ("eval", ["algorithm.sampling_params.eval_scoring=[greedy, greedy]"], "algorithm.sampling_params.eval_scoring=[greedy, greedy] repeats a scoring"),
     ("train", ["algorithm.use_kl_loss=true", "algorithm.kl_loss_coef=0"], "kl_loss_coef"),
+    ("train", ["runner.critic_warmup=20", "runner.max_steps=20"], "runner.critic_warmup=20 leaves no policy update in runner.max_steps=20"),
+    ("train", ["runner.critic_warmup=2", "algorithm.adv_type=grpo", "algorithm.group_size=2", "env.train.group_size=2"],
+     "runner.critic_warmup=2 warms up a critic"),
     # optimizer
     ("train", ["actor.optim.lr=-1e-4"], "actor.optim.lr: must be >= 0"),
     ("train", ["actor.optim.value_lr=-1"], "actor.optim.value_lr: must be >= 0"),

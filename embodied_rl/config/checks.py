@@ -148,6 +148,19 @@ def _critic(cfg: RootConfig) -> None:
 
 
 @config_check
+def _critic_warmup(cfg: RootConfig) -> None:
+    r = cfg.runner
+    if r.critic_warmup < 0:
+        raise ConfigError(f"runner.critic_warmup: must be >= 0, got {r.critic_warmup}")
+    if r.critic_warmup == 0:
+        return
+    if r.paradigm != "rl" or not cfg.algorithm.uses_critic:
+        raise ConfigError(f"runner.critic_warmup={r.critic_warmup} warms up a critic, which only RL with adv_type gae or bi_level_gae trains; set it to 0")
+    if r.critic_warmup >= r.max_steps:
+        raise ConfigError(f"runner.critic_warmup={r.critic_warmup} leaves no policy update in runner.max_steps={r.max_steps}; lower it or raise max_steps")
+
+
+@config_check
 def _kl_reference(cfg: RootConfig) -> None:
     a = cfg.algorithm
     if a.use_kl_loss and a.kl_loss_coef == 0:

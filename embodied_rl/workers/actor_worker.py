@@ -103,6 +103,8 @@ class ActorWorker:
         n_micro = n_steps = skipped = 0
         grad_norm_sum = 0.0
         lrs = [g["lr"] for g in self.optimizer.param_groups]  # the LR this training step uses
+        # The scheduler counts finished training steps (restored on resume).
+        warmup = self.scheduler.last_epoch < self.cfg.runner.critic_warmup
         for _ in range(algo.update_epoch):
             for micro_indices in minibatch_plan(total, a.global_batch_size, a.micro_batch_size, self.rank, self.world_size, self._shuffle):
                 for idx in micro_indices:
@@ -110,7 +112,7 @@ class ActorWorker:
                     for k, v in metrics.items():
                         sums[k] = _combine(k, sums.get(k), v)
                     n_micro += 1
-                norm = self._clip_and_step()
+                norm = self._clip_and_step(critic_only=warmup)
                 n_steps += 1
                 skipped += not math.isfinite(norm)
                 grad_norm_sum += norm if math.isfinite(norm) else 0.0
@@ -122,7 +124,8 @@ class ActorWorker:
         out["train/actor/nonfinite_grad_steps"] = float(skipped)
         out["train/actor/optimizer_steps"] = float(n_steps)
         for group, lr in zip(self.optimizer.param_groups, lrs):
-            out["train/critic/lr" if group["name"] == "value_head" else "train/actor/lr"] = lr
+            out["train/critic/lr" if group["name"] == "value_head" else "train/actor/lr"] = 0.0 if warmup and group["name"] != "value_head" else lr
+        out["train/critic/warmup"] = float(warmup)
         return out
 
     def setup_sft(self, stats: dict) -> int:
@@ -183,9 +186,16 @@ class ActorWorker:
         (loss * scale).backward()
         return metrics
 
-    def _clip_and_step(self) -> float:
+    def _clip_and_step(self, critic_only: bool = False) -> float:
         """Clip the global grad norm (optim.clip_grad <= 0: measure only) and step; a
-        non-finite norm skips the update on every rank (the norm is the same everywhere)."""
+        non-finite norm skips the update on every rank (the norm is the same everywhere).
+        critic_only: drop every gradient outside the value head first, so AdamW leaves the
+        policy's weights and moments untouched (it skips parameters without a gradient)."""
+        if critic_only:
+            for group in self.optimizer.param_groups:
+                if group["name"] != "value_head":
+                    for p in group["params"]:
+                        p.grad = None
         params = [p for p in self.policy.parameters() if p.grad is not None]
         clip = self.cfg.actor.optim.clip_grad
         norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))

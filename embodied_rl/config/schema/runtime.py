@@ -46,6 +46,7 @@ class RunnerConfig:
     max_steps: int = field(default=10, metadata={"help": "Training steps (rollout -> advantages -> update -> weight sync) before the run stops."})
     val_check_interval: int = field(default=-1, metadata={"help": "Run an evaluation rollout on env.eval every N training steps and after the last one; -1 = never."})
     val_before_train: bool = field(default=False, metadata={"help": "Evaluate on env.eval before the first training step (logged as step 0), the baseline the later evaluations compare with; not on resume."})
+    critic_warmup: int = field(default=0, metadata={"help": "First N training steps update only the critic (value head): the policy's weights and optimizer state stay as they are, so the critic learns to predict returns of the starting policy before its advantages move that policy; 0 = off. Counts toward max_steps."})
     save_interval: int = field(default=-1, metadata={"help": "Save a checkpoint every N training steps (and always at the end and on Ctrl-C); -1 = only at the end and on Ctrl-C."})
     paradigm: Literal["rl", "sft"] = field(default="rl", metadata={"help": "rl: rollout -> advantages -> update on env.train; sft: supervised fine-tuning on the demonstrations of data.train_data_paths (what `embodied-rl sft` sets). Evaluation, checkpoints, resume and logging are the same for both; max_steps counts optimizer steps in SFT."})
     only_eval: bool = field(default=False, metadata={"help": "Evaluate the policy on env.eval without training (what `embodied-rl eval` sets)."})
