@@ -121,6 +121,21 @@ def test_check_compare_refuses_with_one_line(tmp_path: Path, case: str, override
     assert message.startswith(expected.format(tmp=tmp_path)) and "\n" not in message, message
 
 
+def test_a_checkpoint_without_the_configs_value_head_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    """A GRPO checkpoint (no value head) under a PPO config: one line at config load, for
+    --compare and for runner.ckpt_path alike, not a tensor mismatch inside a Ray worker."""
+    step = _checkpoint(tmp_path / "run")
+    (step / ckpt.CONFIG).write_text("actor:\n  model:\n    add_value_head: false\n    is_lora: false\n    lora_rank: 8\n")
+    expected = "the checkpoint was trained with actor.model.add_value_head=false, this config has true; set actor.model.add_value_head=false"
+    with pytest.raises(ConfigError, match=expected):
+        check_compare(_cfg(tmp_path), [str(SFT_MODEL), str(tmp_path / "run")])
+    with pytest.raises(ConfigError, match=f"runner.ckpt_path={tmp_path / 'run'}: " + expected):
+        _cfg(tmp_path, f"runner.ckpt_path={tmp_path / 'run'}")
+    # lora_rank shapes no tensor without LoRA on both sides
+    (step / ckpt.CONFIG).write_text("actor:\n  model:\n    add_value_head: true\n    is_lora: false\n    lora_rank: 8\n")
+    check_compare(_cfg(tmp_path), [str(SFT_MODEL), str(tmp_path / "run")])
+
+
 def test_check_compare_refuses_ckpt_path(tmp_path: Path) -> None:
     _checkpoint(tmp_path / "run")
     with pytest.raises(ConfigError, match="--compare evaluates A and B: remove runner.ckpt_path"):

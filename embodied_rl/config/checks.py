@@ -211,9 +211,34 @@ def _checkpoints(cfg: RootConfig) -> None:
             from embodied_rl.runtime.checkpoint import resolve_resume_dir
 
             try:
-                resolve_resume_dir(value, r.logger.log_path, key=key)
+                ckpt = resolve_resume_dir(value, r.logger.log_path, key=key)
             except UserError as err:
                 raise ConfigError(str(err)) from None
+            check_checkpoint_layout(cfg, ckpt, f"{key}={value}")
+
+
+#: actor.model keys that decide which trainable tensors a checkpoint holds.
+_LAYOUT_KEYS = ("add_value_head", "value_type", "is_lora", "lora_rank")
+
+
+def check_checkpoint_layout(cfg: RootConfig, ckpt: Path, what: str) -> None:
+    """A training checkpoint holds the trainable tensors of the config it was trained with; the
+    config that loads it must build the same ones (a GRPO checkpoint has no value head)."""
+    import yaml
+
+    from embodied_rl.runtime.checkpoint import CONFIG
+
+    saved = (yaml.safe_load((Path(ckpt) / CONFIG).read_text()) or {}).get("actor", {}).get("model", {}) if (Path(ckpt) / CONFIG).is_file() else {}
+    m = cfg.actor.model
+    for key in _LAYOUT_KEYS:
+        ours = getattr(m, key)
+        # value_type and lora_rank shape tensors only where both sides have a value head / LoRA.
+        relevant = {"value_type": m.add_value_head and saved.get("add_value_head"), "lora_rank": m.is_lora and saved.get("is_lora")}
+        if key in saved and saved[key] != ours and relevant.get(key, True):
+            theirs = str(saved[key]).lower() if isinstance(saved[key], bool) else saved[key]
+            raise ConfigError(f"{what}: the checkpoint was trained with actor.model.{key}={theirs}, this config has "
+                              f"{str(ours).lower() if isinstance(ours, bool) else ours}; set actor.model.{key}={theirs} "
+                              f"(or evaluate with the config it was trained with)")
 
 
 @config_check
@@ -328,6 +353,7 @@ def check_compare(cfg: RootConfig, paths: Collection[str]) -> list:
                               f"checkpoint (no meta.json, no checkpoints/); {COMPARE_PATHS}") from None
         if not (actor_dir(ckpt) / ACTOR_WEIGHTS).is_file():
             raise ConfigError(f"--compare {label}={path}: checkpoint {ckpt} has no {ACTOR_WEIGHTS} under actor/; {COMPARE_PATHS}")
+        check_checkpoint_layout(cfg, ckpt, f"--compare {label}={path}")
         sources.append(PolicySource(label, path, "checkpoint", str(ckpt.resolve())))
     return sources
 
