@@ -34,6 +34,14 @@ from pathlib import Path
 # The RL phases start from the SFT export and evaluate on the SFT config's env (PushCube, 64 px).
 PUSH = ["env.train=maniskill_push_cube", "env.eval=maniskill_push_cube"]
 RL_CONFIGS = {"ppo": "maniskill_ppo_tiny", "grpo": "maniskill_grpo_tiny"}
+# What each RL phase adds to its config. GRPO: groups of 4 sharing a reset state, the dense
+# reward over full 40-step episodes (returns that separate success from failure, within a
+# group), and tokens sampled at temperature 0.5, the temperature its sampled evaluation uses.
+RL_SETTINGS = {
+    "ppo": [],
+    "grpo": ["algorithm.group_size=4", "env.train.init_params.reward_mode=normalized_dense",
+             "algorithm.sampling_params.temperature_train=0.5", "algorithm.sampling_params.temperature_eval=0.5"],
+}
 # Chunk steps per episode in both RL configs: 40-step episodes, chunks of 8 actions (_env_steps reads them back).
 CHUNK_STEPS = 5
 
@@ -54,9 +62,10 @@ def metrics(run: Path) -> dict[int, dict]:
     return {int(r["step"]): r for r in rows}
 
 
-def evals(rows: dict[int, dict]) -> list[tuple[int, float, float, float]]:
-    """(step, success_once, return, episodes) of every evaluation in a run's metrics."""
-    return [(s, r["eval/success_once"], r["eval/return"], r["eval/num_trajectories"])
+def evals(rows: dict[int, dict]) -> list[tuple[int, float, float, float, float | None]]:
+    """(step, success_once, return, episodes, sampled success_once or None) of every
+    evaluation in a run's metrics; the first three of the primary (greedy) scoring."""
+    return [(s, r["eval/success_once"], r["eval/return"], r["eval/num_trajectories"], r.get("eval/sampled/success_once"))
             for s, r in sorted(rows.items()) if "eval/success_once" in r]
 
 
@@ -65,6 +74,11 @@ def run_sft(seed: int, a: argparse.Namespace, work: Path) -> dict:
     logs = work / "logs"
     out: dict = {"seed": seed, "time_s": {}}
     sft = f"sft_s{seed}"
+    if a.reuse_sft and (work / "models" / sft / "config.json").is_file():
+        out["time_s"]["sft"] = out["time_s"]["export"] = 0.0
+        out["sft_evals"] = evals(metrics(work / "runs" / sft))
+        out["eval_envs"] = _config(work / "runs" / sft)["env"]["eval"]["total_num_envs"]
+        return out
     out["time_s"]["sft"] = cli("sft", "maniskill_sft_tiny", f"runner.seed={seed}", f"runner.experiment_name={sft}",
                                f"runner.max_steps={a.sft_steps}", f"runner.val_check_interval={a.sft_steps}",
                                f"algorithm.eval_rollout_epoch={a.eval_epochs}", cwd=work, log=logs / f"{sft}.log")
@@ -89,9 +103,10 @@ def run_rl(algo: str, out: dict, a: argparse.Namespace, work: Path) -> None:
         "train", RL_CONFIGS[algo], f"actor.model.model_path=models/sft_s{seed}", "actor.model.create_preset=null", *PUSH,
         f"runner.seed={seed}", f"runner.max_steps={a.rl_steps}", "runner.val_before_train=true",
         f"runner.val_check_interval={a.eval_every}", f"env.train.total_num_envs={train_envs}",
-        f"algorithm.rollout_epoch={a.rollout_epochs}", f"actor.optim.lr={a.rl_lr}",
+        f"algorithm.rollout_epoch={a.rollout_epochs}", f"actor.optim.lr={a.grpo_lr if algo == 'grpo' else a.rl_lr}",
         f"actor.global_batch_size={batch // a.minibatches}", f"algorithm.eval_rollout_epoch={a.eval_epochs}",
-        f"env.eval.total_num_envs={eval_envs}", f"runner.experiment_name={name}", cwd=work, log=work / "logs" / f"{name}.log")
+        f"env.eval.total_num_envs={eval_envs}", f"runner.experiment_name={name}", *RL_SETTINGS[algo],
+        cwd=work, log=work / "logs" / f"{name}.log")
     m = metrics(work / "runs" / name)
     out[f"{algo}_evals"] = evals(m)
     out[f"{algo}_env_steps_per_step"] = _env_steps(work / "runs" / name)
@@ -125,12 +140,16 @@ def summarise(results: list[dict]) -> str:
         done = [r for r in results if f"{algo}_evals" in r]  # an interrupted run may lack later phases
         if not done:
             continue
-        before = [r[f"{algo}_evals"][0][1] for r in done]
-        after = [r[f"{algo}_evals"][-1][1] for r in done]
-        gain = [b - a for a, b in zip(before, after)]
         seeds = "" if len(done) == len(results) else f" (seeds {[r['seed'] for r in done]})"
-        rows.append(f"| {algo.upper()} before (step 0){seeds} | {mean_sd(before)} | |")
-        rows.append(f"| {algo.upper()} after{seeds} | {mean_sd(after)} | {mean_sd(gain)} |")
+        # greedy (the primary scoring), then sampled where the phase scored it
+        for col, label in ((1, ""), (4, ", sampled")):
+            if any(r[f"{algo}_evals"][0][col] is None for r in done):
+                continue
+            before = [r[f"{algo}_evals"][0][col] for r in done]
+            after = [r[f"{algo}_evals"][-1][col] for r in done]
+            gain = [b - a for a, b in zip(before, after)]
+            rows.append(f"| {algo.upper()}{label} before (step 0){seeds} | {mean_sd(before)} | |")
+            rows.append(f"| {algo.upper()}{label} after{seeds} | {mean_sd(after)} | {mean_sd(gain)} |")
     episodes = int(results[0]["sft_evals"][-1][3])
     phases = dict.fromkeys(k for r in results for k in r["time_s"])
     times = {k: statistics.mean(r["time_s"][k] for r in results if k in r["time_s"]) / 60 for k in phases}
@@ -149,14 +168,16 @@ def plot(results: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     for i, r in enumerate(results):
         s, color = r["seed"], f"C{i}"  # one colour per seed in every panel
-        steps, success, _, _ = zip(*r["sft_evals"])
+        steps, success = [e[0] for e in r["sft_evals"]], [e[1] for e in r["sft_evals"]]
         axes[0].plot(steps, [100 * x for x in success], "o-", color=color, label=f"seed {s}")
         for algo, style in (("ppo", "-"), ("grpo", "--")):
             if f"{algo}_evals" not in r:
                 continue
             ev = r[f"{algo}_evals"]
             env_steps = [st * r[f"{algo}_env_steps_per_step"] for st, *_ in ev]
-            axes[1].plot(env_steps, [100 * e[1] for e in ev], style, marker="o", color=color, label=f"{algo.upper()} seed {s}")
+            axes[1].plot(env_steps, [100 * e[1] for e in ev], style, marker="o", color=color, label=f"{algo.upper()} greedy seed {s}")
+            if all(e[4] is not None for e in ev):
+                axes[1].plot(env_steps, [100 * e[4] for e in ev], ":", marker="s", color=color, label=f"{algo.upper()} sampled seed {s}")
             axes[2].plot(env_steps, [e[2] for e in ev], style, marker="o", color=color, label=f"{algo.upper()} seed {s}")
     axes[0].set(title="SFT: held-out success", xlabel="SFT optimizer steps", ylabel="success %")
     axes[1].set(title="RL from SFT: held-out success", xlabel="env steps", ylabel="success %")
@@ -175,7 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--demos", type=int, default=100, help="expert demonstrations (PushCube-v1)")
     p.add_argument("--sft-steps", type=int, default=300, help="SFT optimizer steps of 64 samples")
     p.add_argument("--rl-steps", type=int, default=20, help="PPO / GRPO training steps")
-    p.add_argument("--rl-lr", type=float, default=3e-5, help="policy learning rate of PPO / GRPO")
+    p.add_argument("--rl-lr", type=float, default=3e-5, help="policy learning rate of PPO")
+    p.add_argument("--grpo-lr", type=float, default=1e-4, help="policy learning rate of GRPO")
+    p.add_argument("--reuse-sft", action="store_true", help="take each seed's SFT run and export from --out when they exist (same SFT settings)")
     p.add_argument("--rollout-epochs", type=int, default=2, help="rollout epochs per RL step")
     p.add_argument("--minibatches", type=int, default=4, help="optimizer steps per update epoch (the rollout batch split evenly)")
     p.add_argument("--eval-every", type=int, default=20, help="RL steps between evaluations (and after the last)")

@@ -25,6 +25,6 @@ def test_minimal_recipe_runs_through_the_real_code_path(tmp_path: Path) -> None:
     assert [s for s, *_ in result["sft_evals"]] == [1]
     assert "grpo_evals" not in result
     assert [s for s, *_ in result["ppo_evals"]] == [0, 1]  # before the first update, after the last
-    assert all(0.0 <= success <= 1.0 and episodes >= 1 for _, success, _, episodes in result["ppo_evals"])
+    assert all(0.0 <= success <= 1.0 and episodes >= 1 for _, success, _, episodes, _ in result["ppo_evals"])
     assert (tmp_path / "learning.png").stat().st_size > 10_000
     assert "| PPO after |" in proc.stdout and "GRPO" not in proc.stdout
