@@ -74,19 +74,15 @@ def run_sft(seed: int, a: argparse.Namespace, work: Path) -> dict:
     logs = work / "logs"
     out: dict = {"seed": seed, "time_s": {}}
     sft = f"sft_s{seed}"
-    if a.reuse_sft and (work / "models" / sft / "config.json").is_file():
-        out["time_s"]["sft"] = out["time_s"]["export"] = 0.0
-        out["sft_evals"] = evals(metrics(work / "runs" / sft))
-        out["eval_envs"] = _config(work / "runs" / sft)["env"]["eval"]["total_num_envs"]
-        return out
-    out["time_s"]["sft"] = cli("sft", "maniskill_sft_tiny", f"runner.seed={seed}", f"runner.experiment_name={sft}",
-                               f"runner.max_steps={a.sft_steps}", f"runner.val_check_interval={a.sft_steps}",
-                               f"algorithm.eval_rollout_epoch={a.eval_epochs}", cwd=work, log=logs / f"{sft}.log")
+    if not (a.reuse_sft and (work / "models" / sft / "config.json").is_file()):  # else: this seed's SFT, as exported before
+        out["time_s"]["sft"] = cli("sft", "maniskill_sft_tiny", f"runner.seed={seed}", f"runner.experiment_name={sft}",
+                                   f"runner.max_steps={a.sft_steps}", f"runner.val_check_interval={a.sft_steps}",
+                                   f"algorithm.eval_rollout_epoch={a.eval_epochs}", cwd=work, log=logs / f"{sft}.log")
+        out["time_s"]["export"] = cli("export", f"runs/{sft}", f"models/{sft}", cwd=work, log=logs / f"export_s{seed}.log")
     out["sft_evals"] = evals(metrics(work / "runs" / sft))
     # Every phase evaluates the same sub-envs (reset ids depend on the run-wide sub-env index
     # only), so SFT, PPO and GRPO are scored on the same initial states.
     out["eval_envs"] = _config(work / "runs" / sft)["env"]["eval"]["total_num_envs"]
-    out["time_s"]["export"] = cli("export", f"runs/{sft}", f"models/{sft}", cwd=work, log=logs / f"export_s{seed}.log")
     return out
 
 

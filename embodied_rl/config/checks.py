@@ -228,17 +228,22 @@ def check_checkpoint_layout(cfg: RootConfig, ckpt: Path, what: str) -> None:
 
     from embodied_rl.runtime.checkpoint import CONFIG
 
-    saved = (yaml.safe_load((Path(ckpt) / CONFIG).read_text()) or {}).get("actor", {}).get("model", {}) if (Path(ckpt) / CONFIG).is_file() else {}
+    path = Path(ckpt) / CONFIG
+    saved = ((yaml.safe_load(path.read_text()) or {}).get("actor", {}).get("model", {})) if path.is_file() else {}
     m = cfg.actor.model
+    # value_type and lora_rank shape tensors only where both sides have a value head / LoRA.
+    ignored = {"value_type": not (m.add_value_head and saved.get("add_value_head")),
+               "lora_rank": not (m.is_lora and saved.get("is_lora"))}
     for key in _LAYOUT_KEYS:
         ours = getattr(m, key)
-        # value_type and lora_rank shape tensors only where both sides have a value head / LoRA.
-        relevant = {"value_type": m.add_value_head and saved.get("add_value_head"), "lora_rank": m.is_lora and saved.get("is_lora")}
-        if key in saved and saved[key] != ours and relevant.get(key, True):
-            theirs = str(saved[key]).lower() if isinstance(saved[key], bool) else saved[key]
+        if key in saved and saved[key] != ours and not ignored.get(key, False):
+            theirs = _yaml_value(saved[key])
             raise ConfigError(f"{what}: the checkpoint was trained with actor.model.{key}={theirs}, this config has "
-                              f"{str(ours).lower() if isinstance(ours, bool) else ours}; set actor.model.{key}={theirs} "
-                              f"(or evaluate with the config it was trained with)")
+                              f"{_yaml_value(ours)}; set actor.model.{key}={theirs} (or evaluate with the config it was trained with)")
+
+
+def _yaml_value(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 @config_check
