@@ -20,7 +20,7 @@ import numpy as np
 import ray
 
 import embodied_rl  # noqa: F401  (torchvision shim before anything else)
-from embodied_rl.runtime.channel import Channel
+from embodied_rl.distributed.channel import Channel
 
 
 @ray.remote(num_cpus=0)

@@ -43,9 +43,9 @@ import torch
 
 import embodied_rl  # noqa: F401  (torchvision shim before timm)
 from embodied_rl.config.schema.model import ModelConfig
-from embodied_rl.envs.messages import EnvObservation
 from embodied_rl.models import build_policy
 from embodied_rl.models.reference import KLReference, build_kl_reference
+from embodied_rl.types import EnvObservation
 
 VARIANTS = ("second_copy", "adapters_off", "frozen_adapters")
 BATCH, IMAGE = 8, 64
@@ -92,7 +92,7 @@ def write_checkpoints(model: str, root: Path) -> tuple[Path, Path]:
     torch.manual_seed(0)
     base = root / model
     if model == "tiny":
-        from embodied_rl.models.cli import make_model_main
+        from embodied_rl.cli.make_model import make_model_main
 
         with contextlib.redirect_stdout(sys.stderr):  # keep stdout for the table
             make_model_main(["tiny", str(base), "--image-size", str(IMAGE)])

@@ -26,15 +26,15 @@ import numpy as np
 import torch
 
 import embodied_rl  # noqa: F401  (torchvision shim first)
+from embodied_rl.cli.make_model import make_model_main
 from embodied_rl.config.schema.env import EnvConfig
 from embodied_rl.config.schema.model import ModelConfig
+from embodied_rl.distributed.channel import Channel
+from embodied_rl.distributed.worker_group import RayCluster, WorkerGroup
 from embodied_rl.envs import make_env
-from embodied_rl.models.cli import make_model_main
-from embodied_rl.runtime.channel import Channel
-from embodied_rl.runtime.worker_group import RayCluster, WorkerGroup
-from embodied_rl.runtime_env import configure_process_env
+from embodied_rl.process_env import configure_process_env
 from embodied_rl.workers.env_worker import EnvWorker
-from embodied_rl.workers.messages import ChannelWiring, SamplingSpec
+from embodied_rl.workers.protocol import ChannelWiring, SamplingSpec
 from embodied_rl.workers.rollout_worker import RolloutWorker
 
 C, A = 8, 7

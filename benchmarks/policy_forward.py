@@ -21,8 +21,8 @@ import torch
 
 import embodied_rl  # noqa: F401  (torchvision shim before timm)
 from embodied_rl.config.schema.model import ModelConfig
-from embodied_rl.envs.messages import EnvObservation
 from embodied_rl.models.openvla_oft.policy import OpenVLAOFTPolicy
+from embodied_rl.types import EnvObservation
 
 # Dense bf16 tensor-core peaks (FLOP/s) by device-name substring, from the vendors' datasheets.
 BF16_PEAK = {"H200": 989e12, "H100 PCIe": 756e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 70e12}

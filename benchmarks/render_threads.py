@@ -24,7 +24,7 @@ import numpy as np
 import embodied_rl  # noqa: F401  (import order: torchvision shim)
 from embodied_rl.config.schema.env import EnvConfig
 from embodied_rl.envs import make_env
-from embodied_rl.runtime_env import configure_process_env
+from embodied_rl.process_env import configure_process_env
 
 
 def env_cfg(sim: str, n: int, size: int) -> EnvConfig:

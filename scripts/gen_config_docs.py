@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import embodied_rl  # noqa: F401  (import order: torchvision shim first)
-from embodied_rl.config.docs import render_config_docs
+from embodied_rl.config_docs import render_config_docs
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "CONFIG.md"
 

@@ -1,6 +1,6 @@
 """Helpers for the actor tests: a real tiny OFT checkpoint, configs, and a real rollout batch.
 
-The batch is what the runtime hands the actor (see embodied_rl/workers/actor_batch.py):
+The batch is what the runtime hands the actor (see embodied_rl/workers/actor/batch.py):
 observations are random 56 px images, but every tensor comes from the real policy's
 `prepare_inputs` + `predict` and the real `compute_advantages`.
 """
@@ -17,14 +17,15 @@ import ray
 import torch
 
 from embodied_rl.algorithms import compute_advantages
+from embodied_rl.cli.make_model import make_model_main
 from embodied_rl.config import RootConfig
-from embodied_rl.config.loader import deep_merge, resolve, validate
+from embodied_rl.config.loader import deep_merge
 from embodied_rl.config.overrides import apply_override, parse_override
-from embodied_rl.envs.messages import EnvObservation
+from embodied_rl.configure import config_from_dict
 from embodied_rl.models import build_policy
-from embodied_rl.models.cli import make_model_main
-from embodied_rl.runtime import fsdp
-from embodied_rl.workers.actor_worker import ActorWorker
+from embodied_rl.types import EnvObservation
+from embodied_rl.workers.actor import fsdp
+from embodied_rl.workers.actor.worker import ActorWorker
 
 T, N = 4, 4  # chunk steps x envs -> 16 samples
 
@@ -51,7 +52,7 @@ def actor_config(model_path: Path, *overrides: str):
     })
     for ov in overrides:
         apply_override(tree, parse_override(ov))
-    return validate(resolve(tree), plan=False)  # the actor tests size their own groups
+    return config_from_dict(tree, plan=False)  # the actor tests size their own groups
 
 
 def make_rollout_batch(cfg, seed: int = 0) -> dict:

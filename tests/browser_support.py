@@ -27,8 +27,8 @@ CUT_EPISODE_STEPS = 8  # the auto-reset video's episodes
 
 def _record(run: Path, mode: str, step: int, success_env0: bool) -> None:
     """One video of 2 sub-envs: env 0 (PickCube) runs two episodes, env 1 (PushCube) fails one."""
-    from embodied_rl.envs.messages import EnvObservation, EpisodeSummary
     from embodied_rl.envs.video import VideoRecorder
+    from embodied_rl.types import EnvObservation, EpisodeSummary
 
     rec = VideoRecorder(str(run / "video" / mode), fps=10, info_on_video=True, tag="worker0_stage0",
                         simulator="maniskill", env_worker=0, stage=0)
@@ -61,8 +61,8 @@ def _record_cut_at_start(run: Path, step: int) -> None:
     """A video as every default training run records it (auto_reset, episodes as long as the
     rollout): both envs' episodes end at the last chunk boundary, auto-reset, and the video ends
     on the new episodes' first frame. Recorder calls in ChunkedVectorEnv's order."""
-    from embodied_rl.envs.messages import EnvObservation, EpisodeSummary
     from embodied_rl.envs.video import VideoRecorder
+    from embodied_rl.types import EnvObservation, EpisodeSummary
 
     task, text = TASKS[0]
     rec = VideoRecorder(str(run / "video" / "train"), fps=10, info_on_video=True, tag="worker1_stage0",

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import embodied_rl  # noqa: F401  (import order: torchvision shim before timm/torchvision)
-from embodied_rl.runtime_env import configure_process_env
+from embodied_rl.process_env import configure_process_env
 
 configure_process_env()
 # Tests never talk to the wandb service or wait on a prompt.

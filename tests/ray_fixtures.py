@@ -10,7 +10,7 @@ import pytest
 import ray
 
 import embodied_rl  # noqa: F401  (torchvision shim before anything Ray workers import)
-from embodied_rl.runtime_env import configure_process_env
+from embodied_rl.process_env import configure_process_env
 
 RAY_TEST_CPUS = 8
 

@@ -25,9 +25,10 @@ import numpy as np
 import torch
 import yaml
 
-from embodied_rl.config.loader import load_config, to_dict
+from embodied_rl.config.loader import to_dict
 from embodied_rl.config.schema import RootConfig
 from embodied_rl.config.typecheck import field_types
+from embodied_rl.configure import load_config
 from embodied_rl.errors import ConfigError
 
 # ----------------------------------------------------------------------------- leaves

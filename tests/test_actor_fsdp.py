@@ -21,9 +21,9 @@ from actor_fixtures import (  # noqa: F401
 from ray_fixtures import ray_session  # noqa: F401
 
 from embodied_rl.errors import ConfigError
-from embodied_rl.runtime import fsdp
-from embodied_rl.runtime.optim import lr_multiplier
-from embodied_rl.workers.actor_batch import check_batch_sizes
+from embodied_rl.workers.actor import fsdp
+from embodied_rl.workers.actor.batch import check_batch_sizes
+from embodied_rl.workers.actor.optim import lr_multiplier
 
 LORA = ("actor.model.is_lora=true", "actor.model.lora_rank=4")
 

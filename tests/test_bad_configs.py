@@ -144,7 +144,7 @@ print(json.dumps(out))
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
     cwd = tmp_path_factory.mktemp("badcfg")
-    from embodied_rl.models.cli import make_model_main
+    from embodied_rl.cli.make_model import make_model_main
 
     assert make_model_main(["tiny", str(cwd / EXISTING_56PX), "--image-size", "56"]) == 0
     cases = [(cmd, [*args, f"runner.output_dir={cwd}/runs/{i}"]) for i, (cmd, args, _) in enumerate(CASES)]

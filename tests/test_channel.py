@@ -9,10 +9,10 @@ import ray
 import torch
 from ray_fixtures import ray_session  # noqa: F401
 
-from embodied_rl.envs.messages import EnvObservation
-from embodied_rl.runtime import shm
-from embodied_rl.runtime.channel import Channel, ChannelTimeout
-from embodied_rl.workers.messages import EnvStepMessage
+from embodied_rl.distributed import shm
+from embodied_rl.distributed.channel import Channel, ChannelTimeout
+from embodied_rl.types import EnvObservation
+from embodied_rl.workers.protocol import EnvStepMessage
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -148,7 +148,7 @@ def test_segments_are_reused_not_leaked(channel):
 
 
 def test_single_channel_wiring_uses_it_for_every_direction(channel):
-    from embodied_rl.workers.messages import ChannelWiring
+    from embodied_rl.workers.protocol import ChannelWiring
 
     wiring = ChannelWiring.of(channel)
     assert wiring.obs is wiring.actions is wiring.trajectories is channel

@@ -77,11 +77,11 @@ def test_train_and_eval_dispatch_to_runtime_with_saved_config(fake_entry, tmp_pa
 def test_passthrough_subcommands_get_their_argv(fake_entry) -> None:
     install, calls = fake_entry
     install("embodied_rl.review.cli", "main")
-    install("embodied_rl.models.cli", "make_model_main")
+    install("embodied_rl.cli.make_model", "make_model_main")
     assert cli.main(["review", "runs/a", "runs/b", "--port", "0"]) == 0
     assert cli.main(["make-model", "tiny", "/tmp/x"]) == 0
     assert calls == [("embodied_rl.review.cli", ["runs/a", "runs/b", "--port", "0"]),
-                     ("embodied_rl.models.cli", ["tiny", "/tmp/x"])]
+                     ("embodied_rl.cli.make_model", ["tiny", "/tmp/x"])]
 
 
 def test_missing_implementation_is_a_clear_user_error(capsys: pytest.CaptureFixture[str]) -> None:

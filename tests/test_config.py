@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from embodied_rl.config.docs import render_config_docs
-from embodied_rl.config.loader import load_config, save_resolved_config, to_dict
+from embodied_rl.config.loader import save_resolved_config, to_dict
 from embodied_rl.config.schema import RootConfig
+from embodied_rl.config_docs import render_config_docs
+from embodied_rl.configure import load_config
 from embodied_rl.envs.backend import SimulatorBackend, register_simulator
 from embodied_rl.errors import ConfigError
 

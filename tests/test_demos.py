@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from embodied_rl.cli import main as cli_main
-from embodied_rl.config.loader import load_config
+from embodied_rl.configure import load_config
 from embodied_rl.demos import DemoError, load_demos, load_demos_for, read_manifest
 from embodied_rl.demos.generate import generate_demos
 from embodied_rl.demos.recorder import DemoRecorder

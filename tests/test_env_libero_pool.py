@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import embodied_rl  # noqa: F401
-from embodied_rl.config import load_config
 from embodied_rl.config.schema.env import ActionAdapterConfig, EnvConfig, GripperConfig
+from embodied_rl.configure import load_config
 from embodied_rl.envs import make_env
 from embodied_rl.envs.libero.params import LiberoParams
 from embodied_rl.envs.libero.sub_env import LiberoSubEnv

@@ -172,7 +172,7 @@ def test_env_config_per_suite(suite):
 
 
 def test_tiny_experiment_config_resolves():
-    from embodied_rl.config import load_config
+    from embodied_rl.configure import load_config
 
     cfg = load_config("libero_grpo_tiny")
     train = cfg.env.train

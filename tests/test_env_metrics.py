@@ -1,5 +1,5 @@
-from embodied_rl.envs.messages import EpisodeSummary
 from embodied_rl.envs.metrics import episode_metrics, merge_metrics
+from embodied_rl.types import EpisodeSummary
 
 
 def ep(task: str, success: bool, ret: float) -> EpisodeSummary:

@@ -22,12 +22,12 @@ import pytest
 from embodied_rl.config.loader import (
     ENV_CONFIG_DIR,
     available,
-    load_config,
     read_env_config,
     read_yaml,
 )
 from embodied_rl.config.schema.env import EnvConfig
 from embodied_rl.config.typecheck import build
+from embodied_rl.configure import load_config
 from embodied_rl.envs.maniskill.params import (
     ManiSkillParams,
     ShiftParams,

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from embodied_rl import cli
-from embodied_rl.config.checks import check_compare
-from embodied_rl.config.loader import load_config
+from embodied_rl.configure import check_compare, load_config
 from embodied_rl.errors import ConfigError
 from embodied_rl.evaluation.compare import (
     comparison_report,
@@ -20,7 +19,7 @@ from embodied_rl.evaluation.compare import (
 )
 from embodied_rl.evaluation.intervals import mcnemar_exact, wilson_interval
 from embodied_rl.runtime import checkpoint as ckpt
-from embodied_rl.workers.messages import EpisodeOutcome
+from embodied_rl.types import EpisodeOutcome
 
 REPO = Path(__file__).resolve().parents[1]
 SFT_MODEL = REPO / "models" / "tiny-oft-push-cube-sft"

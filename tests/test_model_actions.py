@@ -9,17 +9,17 @@ import pytest
 import torch
 
 import embodied_rl  # noqa: F401
+from embodied_rl.cli.make_model import make_model_main
 from embodied_rl.config.schema.model import ModelConfig
-from embodied_rl.envs.messages import EnvObservation
 from embodied_rl.errors import UserError
 from embodied_rl.models import build_policy
-from embodied_rl.models.cli import make_model_main
 from embodied_rl.models.openvla_oft import sampling as S
 from embodied_rl.models.openvla_oft.actions import (
     ActionTokenizer,
     BoundsQ99,
     resolve_unnorm_key,
 )
+from embodied_rl.types import EnvObservation
 
 HALF_BIN = 1.0 / 255  # bins are 2/255 wide
 

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 import embodied_rl  # noqa: F401
+from embodied_rl.cli.make_model import make_model_main
 from embodied_rl.config.schema.model import ModelConfig
-from embodied_rl.envs.messages import EnvObservation
 from embodied_rl.models import build_policy
-from embodied_rl.models.cli import make_model_main
+from embodied_rl.types import EnvObservation
 
 
 @pytest.fixture(scope="module")

@@ -12,14 +12,14 @@ from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import embodied_rl  # noqa: F401
+from embodied_rl.cli.make_model import make_model_main
 from embodied_rl.config.schema.model import ModelConfig
-from embodied_rl.envs.messages import EnvObservation
 from embodied_rl.errors import UserError
 from embodied_rl.models import build_policy
-from embodied_rl.models.cli import make_model_main
 from embodied_rl.models.openvla_oft.arch_config import CheckpointError
 from embodied_rl.models.openvla_oft.checkpoint import read_state_dict, write_state_dict
 from embodied_rl.models.openvla_oft.tiny_tokenizer import build_tiny_tokenizer
+from embodied_rl.types import EnvObservation
 
 IMG, V = 56, 512
 TOWERS = [("vit_large_patch14_reg4_dinov2.lvd142m", {"embed_dim": 32, "depth": 3, "num_heads": 2}),

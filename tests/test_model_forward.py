@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import embodied_rl  # noqa: F401  (torchvision shim before timm)
+from embodied_rl.cli.make_model import make_model_main
 from embodied_rl.config.schema.model import ModelConfig
-from embodied_rl.envs.messages import EnvObservation
 from embodied_rl.models import build_policy
-from embodied_rl.models.cli import make_model_main
+from embodied_rl.types import EnvObservation
 
 IMG = 56
 

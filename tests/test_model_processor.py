@@ -8,12 +8,12 @@ import pytest
 import torch
 
 import embodied_rl  # noqa: F401
+from embodied_rl.cli.make_model import make_model_main
 from embodied_rl.config.schema.model import ModelConfig
-from embodied_rl.envs.messages import EnvObservation
 from embodied_rl.errors import ConfigError, UserError
 from embodied_rl.models import build_policy
-from embodied_rl.models.cli import make_model_main
 from embodied_rl.models.openvla_oft.processor import ImageTransform, prompt_for
+from embodied_rl.types import EnvObservation
 
 DINO = ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
 SIGLIP = ([0.5, 0.5, 0.5], [0.5, 0.5, 0.5])

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from embodied_rl.distributed.placement import parse_component_placement, parse_ranks
 from embodied_rl.errors import ConfigError
-from embodied_rl.runtime.placement import parse_component_placement, parse_ranks
 
 
 @pytest.mark.parametrize(

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from embodied_rl.config.loader import CONFIG_DIR, available, load_config
+from embodied_rl.config.loader import CONFIG_DIR, available
 from embodied_rl.config.plan import chunk_steps_per_epoch, plan_run
-from embodied_rl.config.resources import Resources, from_totals
+from embodied_rl.configure import load_config
+from embodied_rl.distributed.resources import Resources, from_totals
 from embodied_rl.errors import ConfigError
 
 MACHINES = [Resources(1, n, "cpu") for n in (2, 4, 16, 64)] + [Resources(1, 8, "gpu"), Resources(4, 8, "gpu")]

@@ -8,10 +8,10 @@ from embodied_rl.config.loader import (
     CONFIG_DIR,
     ENV_CONFIG_DIR,
     available,
-    load_config,
     read_env_config,
 )
 from embodied_rl.config.typecheck import build
+from embodied_rl.configure import load_config
 from embodied_rl.envs import get_simulator
 from embodied_rl.envs.reset_split import (
     EVAL_SEEDS_START,

@@ -158,7 +158,7 @@ def probe_plan(cfg: RootConfig, path: str) -> Any:
         saves_after,
         used_modes,
     )
-    from embodied_rl.config.resources import detect_resources
+    from embodied_rl.distributed.resources import detect_resources
     from embodied_rl.runtime.groups import needs_reference
     from embodied_rl.workers.env_worker import envs_per_worker, rollout_rank_of
 
@@ -192,7 +192,7 @@ def _policy(model_cfg) -> Any:
 
 
 def _fixed_obs(policy, n: int = 3):
-    from embodied_rl.envs.messages import EnvObservation
+    from embodied_rl.types import EnvObservation
 
     rng = np.random.default_rng(0)
     size = policy.arch.image_size
@@ -282,8 +282,8 @@ def probe_actor(cfg: RootConfig, path: str) -> Any:
     forward (which parameters stay gathered, on which mesh: the sharding strategy)."""
     from actor_fixtures import make_rollout_batch
 
-    from embodied_rl.runtime import fsdp
-    from embodied_rl.workers.actor_worker import ActorWorker
+    from embodied_rl.workers.actor import fsdp
+    from embodied_rl.workers.actor.worker import ActorWorker
 
     key = repr((dataclasses.asdict(cfg.actor.model), dataclasses.asdict(cfg.algorithm), cfg.actor.seed))
     if key not in _BATCHES:
@@ -455,7 +455,7 @@ def ray_cluster(c) -> Any:
     any other probe ends it (config loading and planning read a running session's resources)."""
     import ray
 
-    from embodied_rl.runtime.worker_group import RayCluster
+    from embodied_rl.distributed.worker_group import RayCluster
 
     key = repr(dataclasses.asdict(c))
     if _RAY.get("key") != key:
@@ -525,7 +525,7 @@ def probe_names(cfg: RootConfig, path: str) -> Any:
 def _actor_names(cfg: RootConfig, cluster, placement) -> list[str]:
     import ray
 
-    from embodied_rl.runtime.worker_group import WorkerGroup
+    from embodied_rl.distributed.worker_group import WorkerGroup
 
     class Named:  # the smallest Ray actor; local, so Ray ships it by value (workers lack tests/)
         def __init__(self, rank: int, world_size: int) -> None:

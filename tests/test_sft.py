@@ -90,12 +90,12 @@ def test_sft_loss_falls_and_the_run_evaluates_like_rl(overfit_run, work) -> None
 def test_sft_policy_reproduces_its_demo_closed_loop(overfit_run, work) -> None:
     """Acceptance: the policy trained by `embodied-rl sft` on one demonstration, exported as a
     plain model, solves that demo's initial state (its reset id) acting greedily in the env."""
-    from embodied_rl.config.loader import load_config
+    from embodied_rl.configure import load_config
     from embodied_rl.demos.recorder import DemoRecorder
     from embodied_rl.demos.spec import DemoSpec
     from embodied_rl.envs.action_adapter import ActionAdapter
-    from embodied_rl.envs.messages import EnvObservation
     from embodied_rl.models import build_policy
+    from embodied_rl.types import EnvObservation
 
     run_cli("export", "runs/overfit", "models/sft-one", cwd=work)
     cfg = load_config(CONFIG, [f"actor.model.model_path={work / 'models/sft-one'}", "actor.model.create_preset=null"],

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from cli_runs import read_metrics, run_cli
 
-from embodied_rl.config.loader import CONFIG_DIR, available, load_config
+from embodied_rl.config.loader import CONFIG_DIR, available
+from embodied_rl.configure import load_config
 
 pytestmark = [pytest.mark.slow]
 

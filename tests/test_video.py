@@ -10,9 +10,9 @@ import pytest
 
 from embodied_rl.config.schema.env import EnvConfig, VideoConfig
 from embodied_rl.envs import make_env
-from embodied_rl.envs.messages import EnvObservation
 from embodied_rl.envs.video import VideoRecorder, grid_shape
 from embodied_rl.review.sidecar import load_sidecar
+from embodied_rl.types import EnvObservation
 
 SIDECAR_KEYS = {"schema_version", "run_name", "mode", "global_step", "checkpoint_step", "env_worker", "stage",
                 "simulator", "video", "fps", "num_frames", "grid", "episodes"}

@@ -12,15 +12,15 @@ import pytest
 import torch
 from ray_fixtures import ray_session  # noqa: F401
 
+from embodied_rl.cli.make_model import make_model_main
 from embodied_rl.config.schema.env import EnvConfig
 from embodied_rl.config.schema.model import ModelConfig
+from embodied_rl.distributed.channel import Channel
+from embodied_rl.distributed.worker_group import RayCluster, WorkerError, WorkerGroup
 from embodied_rl.envs.maniskill import ManiSkillParams
 from embodied_rl.envs.reset_split import EVAL_SEEDS_START
-from embodied_rl.models.cli import make_model_main
-from embodied_rl.runtime.channel import Channel
-from embodied_rl.runtime.worker_group import RayCluster, WorkerError, WorkerGroup
 from embodied_rl.workers.env_worker import EnvWorker
-from embodied_rl.workers.messages import (
+from embodied_rl.workers.protocol import (
     ChannelWiring,
     SamplingSpec,
     Trajectory,

@@ -1,7 +1,9 @@
-"""Typed experiment configs: `load_config(name_or_path, overrides)` -> RootConfig.
+"""Typed experiment configs: the schema, composition of YAML files and overrides, and the
+registry of cross-key rules. Nothing here imports algorithms, envs, models or workers; the
+validated `load_config` that runs every subsystem's rules is `embodied_rl.configure.load_config`.
 
 Names are imported lazily so that importing a schema module (e.g. from a worker) never
-pulls the loader in, and schema modules may import their subsystems without cycles.
+pulls the loader in.
 """
 from __future__ import annotations
 
@@ -9,15 +11,13 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "load_config": "embodied_rl.config.loader",
-    "config_from_dict": "embodied_rl.config.loader",
     "save_resolved_config": "embodied_rl.config.loader",
     "to_dict": "embodied_rl.config.loader",
     "to_yaml": "embodied_rl.config.loader",
     "RootConfig": "embodied_rl.config.schema",
 }
 
-__all__ = ["RootConfig", "config_from_dict", "load_config", "save_resolved_config", "to_dict", "to_yaml"]
+__all__ = ["RootConfig", "save_resolved_config", "to_dict", "to_yaml"]
 
 
 def __getattr__(name: str) -> Any:

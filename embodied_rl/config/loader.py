@@ -3,8 +3,8 @@
 Order (later wins): schema defaults < env configs picked by `defaults:` (or `env.train=<name>`),
 each on top of the env config its `base:` names < the experiment YAML < `key=value` overrides.
 Interpolations (`${runner.seed}`) are resolved on the merged tree, then every key is checked
-against the schema and every `env.<train|eval>.init_params` against its simulator backend's
-`params_cls`.
+against the schema, and the cross-key rules run (each simulator's init_params among them).
+Callers use `embodied_rl.configure.load_config`, which passes every subsystem's rules.
 """
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from embodied_rl.config import checks
 from embodied_rl.config.overrides import apply_override, parse_override
 from embodied_rl.config.plan import plan_run
-from embodied_rl.config.resources import Resources, detect_resources
-from embodied_rl.config.schema import EnvConfig, RootConfig
+from embodied_rl.config.rules import RuleSet, run_checks, run_plan_checks
+from embodied_rl.config.schema import RootConfig
 from embodied_rl.config.typecheck import MISSING, build
+from embodied_rl.distributed.resources import Resources, detect_resources
 from embodied_rl.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -242,23 +242,21 @@ def resolve(tree: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"{key}: {msg}") from err
 
 
-def validate(data: dict[str, Any], resources: Resources | None = None, *, plan: bool = True,
-             skip: Collection[str] = ()) -> RootConfig:
-    """Check a resolved tree against the schema, the simulator backends and every cross-key rule.
+def validate(data: dict[str, Any], rule_sets: Sequence[RuleSet], resources: Resources | None = None, *,
+             plan: bool = True, skip: Collection[str] = ()) -> RootConfig:
+    """Check a resolved tree against the schema and the cross-key rules of `rule_sets` (all of
+    them: `embodied_rl.configure.RULE_SETS`, which callers get through `configure.load_config`).
 
     With `plan` (the default), the sizes left null for derivation are filled from `resources`
-    (default: the slots Ray will have, see config/resources.py) and the rules that need the
+    (default: the slots Ray will have, see distributed/resources.py) and the rules that need the
     machine run too; `plan=False` is for reading a config on another machine (e.g. export).
-    `skip` names rules (config/checks.py) a command does not depend on, e.g. `embodied-rl demos`
+    `skip` names rules (a `checks.py` of a subsystem) a command does not depend on, e.g. `embodied-rl demos`
     records the very demos the `sft_data` rule looks for."""
     cfg = build(RootConfig, data, "")
-    for section in ENV_SECTIONS:
-        env_cfg: EnvConfig = getattr(cfg.env, section)
-        env_cfg.init_params = _validate_init_params(env_cfg, f"env.{section}")
-    checks.run_checks(cfg, skip)
+    run_checks(rule_sets, cfg, skip)
     if plan:
         run_plan = plan_run(cfg, resources or detect_resources(cfg.cluster))
-        checks.run_plan_checks(cfg, run_plan)
+        run_plan_checks(rule_sets, cfg, run_plan)
     return cfg
 
 
@@ -271,31 +269,6 @@ def _check_env_picked(data: dict[str, Any]) -> None:
                 f"env.{section}: no env config chosen; add env/<name>@env.{section} to 'defaults' "
                 f"or pass env.{section}=<name> (available: {names})"
             )
-
-
-def _validate_init_params(env_cfg: EnvConfig, path: str) -> dict[str, Any]:
-    from embodied_rl.envs.backend import get_simulator
-
-    try:
-        backend = get_simulator(env_cfg.env_type)
-    except KeyError as err:
-        raise ConfigError(f"{path}.env_type: {err.args[0]} (is its simulator package installed?)") from err
-    params_cls = getattr(backend, "params_cls", None)
-    if params_cls is None or not dataclasses.is_dataclass(params_cls):
-        raise TypeError(f"simulator backend {backend.__name__} must define params_cls as a dataclass")
-    params = build(params_cls, env_cfg.init_params, f"{path}.init_params")
-    return dataclasses.asdict(params)
-
-
-def load_config(name_or_path: str = DEFAULT_EXPERIMENT, overrides: Sequence[str] = (), *,
-                resources: Resources | None = None, plan: bool = True, skip: Collection[str] = ()) -> RootConfig:
-    """Compose, resolve and validate an experiment config; raises ConfigError (one line)."""
-    return validate(resolve(compose(name_or_path, overrides)), resources, plan=plan, skip=skip)
-
-
-def config_from_dict(data: dict[str, Any], resources: Resources | None = None, *, plan: bool = True) -> RootConfig:
-    """Validate an already composed tree (e.g. a run's saved config.yaml)."""
-    return validate(resolve(data), resources, plan=plan)
 
 
 def to_dict(cfg: RootConfig) -> dict[str, Any]:
@@ -319,9 +292,7 @@ def save_resolved_config(cfg: RootConfig, run_dir: str | os.PathLike[str]) -> Pa
 
 __all__ = [
     "compose",
-    "config_from_dict",
     "find_experiment",
-    "load_config",
     "read_env_config",
     "resolve",
     "save_resolved_config",

@@ -12,16 +12,16 @@ keys left null for derivation and returns the process counts every worker group 
                                          actor.global_batch_size / actor processes
 
 So a config that leaves them null runs on 2 CPU slots or on 64 GPUs alike, and one that sets
-them is checked against the machine here (see `config/checks.py`, `@plan_check`).
+them is checked against the machine here (see `config/rules.py`, `plan_check`).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from embodied_rl.config.resources import Resources
 from embodied_rl.config.schema import RootConfig
-from embodied_rl.runtime.placement import Placement, parse_component_placement
+from embodied_rl.distributed.placement import Placement, parse_component_placement
+from embodied_rl.distributed.resources import Resources
 
 MODES = ("train", "eval")
 

@@ -12,4 +12,4 @@ from embodied_rl.demos.reader import (
     read_manifest,
 )
 
-__all__ = ["DemoChunks", "DemoError", "check_demos_for", "DemoManifest", "load_demos", "load_demos_for", "read_manifest"]
+__all__ = ["DemoChunks", "DemoError", "DemoManifest", "check_demos_for", "load_demos", "load_demos_for", "read_manifest"]

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from embodied_rl.demos.manifest import statistics
 from embodied_rl.demos.reader import DemoChunks, load_demos_for
-from embodied_rl.envs.messages import EnvObservation
+from embodied_rl.types import EnvObservation
 
 
 def concat_chunks(parts: list[DemoChunks]) -> DemoChunks:

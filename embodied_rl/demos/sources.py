@@ -50,7 +50,7 @@ class LocalSource:
 
 
 def _worker(spec: DemoSpec, tasks: mp.Queue, results: mp.Queue) -> None:
-    from embodied_rl.runtime_env import configure_process_env
+    from embodied_rl.process_env import configure_process_env
 
     configure_process_env()
     try:

@@ -9,9 +9,9 @@ from embodied_rl.envs.backend import (
     get_simulator,
     register_simulator,
 )
-from embodied_rl.envs.messages import ChunkStepResult, EnvObservation, EpisodeSummary
 from embodied_rl.envs.vector_env import ChunkedVectorEnv
 from embodied_rl.errors import ConfigError
+from embodied_rl.types import ChunkStepResult, EnvObservation, EpisodeSummary
 
 __all__ = [
     "ChunkStepResult", "ChunkedVectorEnv", "EnvObservation", "EpisodeSummary", "SimulatorBackend",

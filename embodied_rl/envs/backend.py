@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from embodied_rl.envs.messages import EnvObservation
 from embodied_rl.envs.reset_split import seed_split
+from embodied_rl.types import EnvObservation
 
 
 @dataclass

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from embodied_rl.envs.messages import EpisodeSummary
+from embodied_rl.types import EpisodeSummary
 
 COUNT = "num_trajectories"
 _FIELDS = {

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from embodied_rl.envs.backend import BackendStep, SimulatorBackend
-from embodied_rl.envs.messages import EnvObservation
 from embodied_rl.envs.subproc import PoolOptions, SubEnvFactory, SubprocEnvPool
+from embodied_rl.types import EnvObservation
 
 
 def stack_observations(obs: Sequence[dict[str, np.ndarray]], tasks: Sequence[tuple[str, str]]) -> EnvObservation:

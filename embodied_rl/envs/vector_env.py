@@ -35,9 +35,9 @@ import numpy as np
 from embodied_rl.config.schema.env import EnvConfig
 from embodied_rl.envs.action_adapter import ActionAdapter
 from embodied_rl.envs.backend import SimulatorBackend
-from embodied_rl.envs.messages import ChunkStepResult, EnvObservation, EpisodeSummary
 from embodied_rl.envs.metrics import episode_metrics
 from embodied_rl.errors import ConfigError
+from embodied_rl.types import ChunkStepResult, EnvObservation, EpisodeSummary
 
 # use_fixed_reset_state_ids: every epoch draws the ids of the first one.
 FIXED_EPOCH = 0

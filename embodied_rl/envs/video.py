@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from embodied_rl.envs.messages import EnvObservation, EpisodeSummary
+from embodied_rl.types import EnvObservation, EpisodeSummary
 
 # imageio-ffmpeg starts ffmpeg with preexec_fn=os.setpgrp, i.e. Python code between fork and
 # exec. From our encoder thread in a process with other threads (torch, Ray, Playwright) the

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from embodied_rl.evaluation.intervals import format_rate, mcnemar_exact, wilson_interval
 
 if TYPE_CHECKING:
-    from embodied_rl.workers.messages import EpisodeOutcome
+    from embodied_rl.types import EpisodeOutcome
 
 COMPARISON_FILE = "comparison.json"
 #: The outcome the comparison counts (the same as eval/success_once).
@@ -25,7 +25,7 @@ METRIC = "success_once"
 
 @dataclass(frozen=True)
 class PolicySource:
-    """One side of a comparison, validated before anything starts (config/checks.py).
+    """One side of a comparison, validated before anything starts (runtime/checks.py, check_compare).
 
     kind "model": a model directory (config.json), loaded as actor.model.model_path would be;
     kind "checkpoint": a training checkpoint's trainable weights on the config's model, as

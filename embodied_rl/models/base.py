@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from embodied_rl.envs.messages import EnvObservation
+from embodied_rl.errors import ConfigError
+from embodied_rl.types import EnvObservation
 
 if TYPE_CHECKING:
     from embodied_rl.config.schema.model import ModelConfig
@@ -104,6 +105,12 @@ class BasePolicy(nn.Module):
     @abstractmethod
     def save_checkpoint(self, out_dir: str | Path) -> None:
         """Write a checkpoint that `from_checkpoint(out_dir, model_cfg)` restores exactly."""
+
+    @classmethod
+    def from_preset(cls, preset: str, model_cfg: ModelConfig, *, device: torch.device | str = "cpu",
+                    dtype: torch.dtype | None = None, **preset_kwargs: Any) -> BasePolicy:
+        """Random-init policy of a named architecture preset; policies without presets refuse."""
+        raise ConfigError(f"actor.model.model_type={model_cfg.model_type!r} has no architecture presets")
 
     @classmethod
     @abstractmethod

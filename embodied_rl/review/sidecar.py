@@ -8,31 +8,24 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_type_hints
 
 SCHEMA_VERSION = 1
 MODES = ("train", "eval")
 
-# key -> accepted JSON types. bool is excluded from the numeric types on purpose (True is an int).
-_VIDEO_FIELDS: dict[str, tuple[type, ...]] = {
-    "run_name": (str,), "mode": (str,), "global_step": (int,), "checkpoint_step": (int,),
-    "env_worker": (int,), "stage": (int,), "simulator": (str,), "video": (str,),
-    "fps": (int, float), "num_frames": (int,),
-}
 _GRID_FIELDS = ("rows", "cols", "tile_height", "tile_width", "num_envs")
-_EPISODE_FIELDS: dict[str, tuple[type, ...]] = {
-    "env_index": (int,), "task_id": (str,), "instruction": (str,), "reset_id": (int,),
-    "return": (int, float), "success": (bool,), "success_once": (bool,),
-    "success_at_end": (bool,), "length": (int,), "frame_start": (int,), "frame_end": (int,),
-    "failed": (bool,),
-}
+#: The sidecar's key where it differs from the attribute name.
+_JSON_KEYS = {"episode_return": "return"}
 
 
 @dataclass
 class Episode:
-    """One episode inside a tiled video. Frames [frame_start, frame_end) of tile `env_index`."""
+    """One episode inside a tiled video. Frames [frame_start, frame_end) of tile `env_index`.
+
+    The fields up to `failed` are read from the sidecar (None where it lacked a valid value); the
+    rest are derived here."""
 
     env_index: int | None = None
     task_id: str | None = None
@@ -61,7 +54,8 @@ class Episode:
 
 @dataclass
 class Sidecar:
-    """Validated content of one sidecar; fields are None where the file lacked a valid value."""
+    """Validated content of one sidecar; the fields up to `num_frames` are read from the file's
+    top level (None where it lacked a valid value)."""
 
     run_name: str | None = None
     mode: str | None = None
@@ -76,6 +70,20 @@ class Sidecar:
     grid: dict[str, int] | None = None
     episodes: list[Episode] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+
+
+def _json_spec(cls: type, last: str) -> dict[str, tuple[type, ...]]:
+    """sidecar key -> accepted JSON types, for the fields of `cls` up to `last`, from their
+    annotations. bool is never numeric (True is an int), and a float field accepts an int."""
+    accepted = {int: (int,), float: (int, float), str: (str,), bool: (bool,)}
+    spec = {}
+    for f in fields(cls):
+        tp = get_type_hints(cls)[f.name]
+        base = next(t for t in get_args(tp) if t is not type(None)) if get_args(tp) else tp
+        spec[_JSON_KEYS.get(f.name, f.name)] = accepted[base]
+        if f.name == last:
+            return spec
+    raise ValueError(f"{cls.__name__} has no field {last}")
 
 
 def _typed(value: Any, types: tuple[type, ...]) -> bool:
@@ -98,6 +106,10 @@ def _take(src: dict, spec: dict[str, tuple[type, ...]], where: str, warnings: li
         else:
             out[key] = src[key]
     return out
+
+
+_VIDEO_SPEC = _json_spec(Sidecar, "num_frames")
+_EPISODE_SPEC = _json_spec(Episode, "failed")
 
 
 def _parse_grid(raw: Any, warnings: list[str]) -> dict[str, int] | None:
@@ -128,7 +140,7 @@ def _parse_episode(i: int, raw: Any, side: Sidecar) -> Episode | None:
         side.warnings.append(f"{where}: not an object (skipped)")
         return None
     warns: list[str] = []
-    vals = _take(raw, _EPISODE_FIELDS, where, warns)
+    vals = _take(raw, _EPISODE_SPEC, where, warns)
     ep = Episode(**{("episode_return" if k == "return" else k): v for k, v in vals.items()})
     ep.failed = bool(vals.get("failed", False))
     # Optional: the recorder marks episodes cut off by the end of the video.
@@ -164,7 +176,7 @@ def parse_sidecar(data: Any) -> Sidecar:
         side.warnings.append(
             f"sidecar: schema_version {version!r} is not {SCHEMA_VERSION}; "
             "fields were read on a best-effort basis (use a matching embodied_rl version)")
-    for key, value in _take(data, _VIDEO_FIELDS, "sidecar", side.warnings).items():
+    for key, value in _take(data, _VIDEO_SPEC, "sidecar", side.warnings).items():
         setattr(side, key, value)
     if side.mode is not None and side.mode not in MODES:
         side.warnings.append(f"sidecar: mode {side.mode!r} is not one of {MODES}")

@@ -38,13 +38,12 @@ from typing import Any
 
 import torch
 
+from embodied_rl.distributed.rng import capture_rng_state, restore_rng_state
 from embodied_rl.errors import UserError
-from embodied_rl.runtime.rng import capture_rng_state, restore_rng_state
+from embodied_rl.workers.actor import WEIGHTS_FILE as ACTOR_WEIGHTS
 
 FORMAT = 1
 CKPT_DIR, LATEST, META, CONFIG, RUNNER_STATE, ACTOR_DIR = "checkpoints", "latest", "meta.json", "config.yaml", "runner_state.pt", "actor"
-#: Files of the actor part (written by ActorWorker.save_checkpoint on rank 0).
-ACTOR_WEIGHTS, ACTOR_OPTIM, ACTOR_STATE = "trainable.safetensors", "optimizer.pt", "actor_state.pt"
 #: The policy's normalisation statistics when the run replaced the model's (SFT), official format.
 STATISTICS = "dataset_statistics.json"
 

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 import ray
 
 from embodied_rl.config.plan import RunPlan, plan_run, training_rl, used_modes
-from embodied_rl.config.resources import detect_resources
 from embodied_rl.config.schema import RootConfig
-from embodied_rl.runtime.channel import Channel
-from embodied_rl.runtime.worker_group import RayCluster, WorkerGroup
-from embodied_rl.workers.messages import ChannelWiring, SamplingSpec
+from embodied_rl.distributed.channel import Channel
+from embodied_rl.distributed.resources import detect_resources
+from embodied_rl.distributed.worker_group import RayCluster, WorkerGroup
+from embodied_rl.workers.protocol import ChannelWiring, SamplingSpec
 
 SETUP_TIMEOUT_S = 900.0
 
@@ -117,6 +117,6 @@ def _rollout_cls():
 
 
 def _actor_cls():
-    from embodied_rl.workers.actor_worker import ActorWorker
+    from embodied_rl.workers.actor.worker import ActorWorker
 
     return ActorWorker

@@ -40,14 +40,15 @@ from embodied_rl.config.plan import (
     saves_after,
 )
 from embodied_rl.config.schema import RootConfig
+from embodied_rl.distributed.rng import seed_everything
 from embodied_rl.envs.metrics import merge_metrics
 from embodied_rl.evaluation.intervals import add_success_intervals, format_rate
 from embodied_rl.evaluation.provenance import write_environment
 from embodied_rl.runtime import checkpoint as ckpt
 from embodied_rl.runtime.groups import Groups, build_groups
 from embodied_rl.runtime.metrics_logger import MetricsLogger
-from embodied_rl.runtime.rng import seed_everything
-from embodied_rl.workers.messages import EpisodeOutcome, Trajectory, concat_trajectories
+from embodied_rl.types import EpisodeOutcome
+from embodied_rl.workers.protocol import Trajectory, concat_trajectories
 
 if TYPE_CHECKING:
     from embodied_rl.evaluation.compare import PolicySource
@@ -362,7 +363,7 @@ ACTOR_KEYS = ("forward_inputs", "action_tokens", "logprobs", "advantages", "loss
 
 
 def _actor_batch(batch: dict) -> dict:
-    """What the actor trains on (workers/actor_batch.py): T rows of values, not the T+1 bootstrap row."""
+    """What the actor trains on (workers/actor/batch.py): T rows of values, not the T+1 bootstrap row."""
     out = {k: batch[k] for k in ACTOR_KEYS if k in batch}
     if "values" in batch:
         out["values"] = batch["values"][:-1]

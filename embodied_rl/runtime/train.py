@@ -18,14 +18,13 @@ def ensure_model(cfg: RootConfig) -> None:
     if not missing:
         return
     preset = m.create_preset
-    from embodied_rl.models.cli import make_model_main
+    from embodied_rl.models.create import create_model
 
     for path in missing:
         print(f"creating the {preset.name} preset at {path} (actor.model.create_preset)", file=sys.stderr)
-        make_model_main([preset.name, path, "--image-size", str(preset.image_size),
-                         "--num-images", str(m.num_images_in_input), "--action-dim", str(m.action_dim),
-                         "--proprio-dim", str(m.proprio_dim),
-                         "--seed", str(cfg.runner.seed)])
+        create_model(preset.name, path, model_type=m.model_type, image_size=preset.image_size,
+                     num_images=m.num_images_in_input, action_dim=m.action_dim, proprio_dim=m.proprio_dim,
+                     seed=cfg.runner.seed)
 
 
 def main(cfg: RootConfig) -> int:
@@ -33,7 +32,7 @@ def main(cfg: RootConfig) -> int:
 
 
 def compare_main(cfg: RootConfig, sources: list) -> int:
-    """`embodied-rl eval --compare A B`: `sources` are the PolicySources config/checks.py made."""
+    """`embodied-rl eval --compare A B`: `sources` are the PolicySources runtime/checks.py made."""
     return _run(cfg, lambda runner: runner.compare(sources))
 
 

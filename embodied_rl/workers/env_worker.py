@@ -3,7 +3,7 @@
 It owns `total_num_envs / num_env_workers` sub-envs split into `pipeline_stage_num` stages,
 one `ChunkedVectorEnv` per stage with seed offset `rank * stages + stage`. Train and eval
 envs are separate (`env.train` / `env.eval`) and built on first use. With 2 stages the worker
-steps stage k while the rollout worker infers stage k+1 (see workers/messages.py for the
+steps stage k while the rollout worker infers stage k+1 (see workers/protocol.py for the
 message protocol); env outputs go to the rollout worker, metrics come back from `interact`.
 """
 from __future__ import annotations
@@ -11,17 +11,16 @@ from __future__ import annotations
 import time
 
 from embodied_rl.config.schema.env import EnvConfig
+from embodied_rl.distributed.channel import Channel
+from embodied_rl.distributed.placement import envs_per_worker, rollout_rank_of
 from embodied_rl.envs import ChunkedVectorEnv, make_env
-from embodied_rl.envs.messages import EpisodeSummary
 from embodied_rl.envs.metrics import episode_metrics, merge_metrics
 from embodied_rl.evaluation.provenance import simulator_facts
-from embodied_rl.runtime.channel import Channel
-from embodied_rl.runtime.placement import envs_per_worker, rollout_rank_of
-from embodied_rl.workers.messages import (
+from embodied_rl.types import EpisodeOutcome, EpisodeSummary
+from embodied_rl.workers.protocol import (
     ActionMessage,
     ChannelWiring,
     EnvStepMessage,
-    EpisodeOutcome,
     action_key,
     obs_key,
 )

@@ -3,7 +3,7 @@
 It serves `num_env_workers / num_rollout_workers` consecutive env workers: per chunk step and
 pipeline stage it gathers their observations (one message each), runs `prepare_inputs` +
 `predict` once under `torch.no_grad`, sends each env worker its actions, and accumulates the
-trajectory (see `Trajectory` in workers/messages.py), which `generate` returns to the runner.
+trajectory (see `Trajectory` in workers/protocol.py), which `generate` returns to the runner.
 
 Evaluation epochs act with one of the eval sampling specs (a scoring: "greedy" or "sampled");
 a sampled one draws from a generator seeded by (seed, rank, eval epoch) at the start of the
@@ -23,10 +23,10 @@ import numpy as np
 import torch
 
 from embodied_rl.config.schema.model import ModelConfig
-from embodied_rl.envs.messages import EnvObservation
-from embodied_rl.runtime.channel import Channel
-from embodied_rl.workers.env_worker import rollout_rank_of
-from embodied_rl.workers.messages import (
+from embodied_rl.distributed.channel import Channel
+from embodied_rl.distributed.placement import rollout_rank_of
+from embodied_rl.types import EnvObservation
+from embodied_rl.workers.protocol import (
     ActionMessage,
     ChannelWiring,
     EnvStepMessage,

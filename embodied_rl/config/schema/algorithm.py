@@ -89,18 +89,7 @@ class AlgorithmConfig:
 
     def validate(self) -> None:
         """Raise ConfigError (one line, naming the key) for invalid or ineffective settings."""
-        # Names with a registry are checked against it, so a newly registered estimator,
-        # KL kind or aggregation is valid without editing this schema.
-        import embodied_rl.algorithms  # noqa: F401  (populates the registries)
-        from embodied_rl.algorithms.registry import (
-            ADVANTAGE_ESTIMATORS,
-            KL_PENALTIES,
-            LOSS_AGGREGATIONS,
-        )
-
-        ADVANTAGE_ESTIMATORS.get(self.adv_type)
-        KL_PENALTIES.get(self.kl_penalty)
-        LOSS_AGGREGATIONS.get(self.loss_agg_func)
+        # adv_type, kl_penalty and loss_agg_func name registry entries: algorithms/checks.py.
         _choice("reward_type", self.reward_type, GRANULARITIES[1:])
         _choice("logprob_type", self.logprob_type, GRANULARITIES)
         _choice("entropy_type", self.entropy_type, GRANULARITIES)

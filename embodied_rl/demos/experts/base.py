@@ -9,6 +9,8 @@ are cheap and reliable; the policy then learns to do the same from what it is sh
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -17,6 +19,8 @@ GRIPPER_OPEN = 1.0
 GRIPPER_CLOSED = -1.0
 #: metres per unit of the normalised pd_ee_delta_pose translation action
 METRES_PER_UNIT = 0.1
+#: metres: close enough to a waypoint to go on to the next stage
+REACHED = 0.01
 
 
 def position(entity: Any) -> np.ndarray:
@@ -50,3 +54,51 @@ class ScriptedExpert(ABC):
     @staticmethod
     def tcp(task: Any) -> np.ndarray:
         return position(task.agent.tcp)
+
+
+@dataclass(frozen=True)
+class Reach:
+    """Move toward `target` until the TCP is within `tol` metres of it."""
+
+    target: np.ndarray
+    gripper: float
+    tol: float = REACHED
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Move toward `target` for `steps` steps (closing or opening the gripper in place)."""
+
+    target: np.ndarray
+    gripper: float
+    steps: int
+
+
+class StagedExpert(ScriptedExpert):
+    """An expert as a sequence of stages, recomputed from the task state at every step.
+
+    A stage that is done hands over to the next within the same step; the last stage never ends.
+    """
+
+    def reset(self) -> None:
+        self.stage, self.count = 0, 0
+
+    @abstractmethod
+    def stages(self, task: Any, tcp: np.ndarray) -> Sequence[Reach | Hold]:
+        """The stages of this task, their targets from the current state of `task`."""
+
+    def act(self, task: Any) -> np.ndarray:
+        tcp = self.tcp(task)
+        stages = self.stages(task, tcp)
+        while self.stage < len(stages) - 1:
+            s = stages[self.stage]
+            if isinstance(s, Hold):
+                if self.count < s.steps:
+                    self.count += 1
+                    return move_toward(tcp, s.target, s.gripper)
+                self.count = 0
+            elif np.linalg.norm(s.target - tcp) >= s.tol:
+                return move_toward(tcp, s.target, s.gripper)
+            self.stage += 1
+        last = stages[-1]
+        return move_toward(tcp, last.target, last.gripper)

@@ -7,35 +7,22 @@ import numpy as np
 
 from embodied_rl.demos.experts.base import (
     GRIPPER_CLOSED,
-    ScriptedExpert,
-    move_toward,
+    Hold,
+    Reach,
+    StagedExpert,
     position,
 )
 from embodied_rl.demos.experts.registry import register_expert
 
 BEHIND = np.array([-0.06, 0.0, 0.04])  # above and behind, so the TCP does not hit the cube on the way
-REACHED = 0.01
 STOP_SHORT = np.array([-0.03, 0.0, 0.0])  # the TCP stops before the target's centre: the cube is in front
 
 
 @register_expert("PushCube-v1")
-class PushCubeExpert(ScriptedExpert):
-    def reset(self) -> None:
-        self.phase = "behind"
-
-    def act(self, task: Any) -> np.ndarray:
-        tcp, cube = self.tcp(task), position(task.obj)
+class PushCubeExpert(StagedExpert):
+    def stages(self, task: Any, tcp: np.ndarray) -> list[Reach | Hold]:
+        cube, goal = position(task.obj), position(task.goal_region)
         low = cube + BEHIND * np.array([1.0, 1.0, 0.0])
-        if self.phase == "behind":
-            if np.linalg.norm(cube + BEHIND - tcp) < REACHED:
-                self.phase = "lower"
-            else:
-                return move_toward(tcp, cube + BEHIND, GRIPPER_CLOSED)
-        if self.phase == "lower":
-            if np.linalg.norm(low - tcp) < REACHED:
-                self.phase = "push"
-            else:
-                return move_toward(tcp, low, GRIPPER_CLOSED)
-        goal = position(task.goal_region)
         target = np.array([goal[0], goal[1], cube[2]]) + STOP_SHORT
-        return move_toward(tcp, target, GRIPPER_CLOSED)
+        return [Reach(cube + BEHIND, GRIPPER_CLOSED), Reach(low, GRIPPER_CLOSED),
+                Reach(target, GRIPPER_CLOSED)]

@@ -1,9 +1,9 @@
 """Scripted experts by ManiSkill env id: `@register_expert("PickCube-v1")` on a `ScriptedExpert`."""
 from __future__ import annotations
 
-from embodied_rl.algorithms.registry import Registry
 from embodied_rl.demos.experts.base import ScriptedExpert
 from embodied_rl.errors import ConfigError
+from embodied_rl.registry import Registry
 
 _EXPERTS: Registry = Registry("env.train.init_params.id")
 register_expert = _EXPERTS.register

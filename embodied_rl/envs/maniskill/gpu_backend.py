@@ -22,8 +22,8 @@ from embodied_rl.envs.maniskill.make import (
     proprio_state,
 )
 from embodied_rl.envs.maniskill.params import ManiSkillParams
-from embodied_rl.envs.messages import EnvObservation
 from embodied_rl.errors import ConfigError
+from embodied_rl.types import EnvObservation
 
 
 class ManiSkillGPUBackend(SimulatorBackend):

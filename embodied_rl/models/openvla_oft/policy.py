@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import copy
-import zlib
 import json
 import logging
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from functools import partial
@@ -16,7 +16,6 @@ from torch import nn
 from transformers import PreTrainedTokenizerFast
 
 from embodied_rl.config.schema.model import ModelConfig
-from embodied_rl.envs.messages import EnvObservation
 from embodied_rl.errors import ConfigError
 from embodied_rl.models.base import BasePolicy, PolicyOutput
 from embodied_rl.models.openvla_oft import checkpoint as ckpt
@@ -40,6 +39,7 @@ from embodied_rl.models.openvla_oft.modeling import (
 )
 from embodied_rl.models.openvla_oft.processor import ImageTransform, PromptTokenizer
 from embodied_rl.models.registry import register_policy
+from embodied_rl.types import EnvObservation
 
 logger = logging.getLogger(__name__)
 PREPROCESSOR_NAME = "preprocessor_config.json"

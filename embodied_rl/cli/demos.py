@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str]) -> int:
     from embodied_rl.cli import split_config_args
-    from embodied_rl.config.loader import load_config
+    from embodied_rl.configure import load_config
 
     parser = build_parser()
     ns = parser.parse_intermixed_args(list(argv))

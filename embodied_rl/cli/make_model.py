@@ -5,8 +5,6 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
-
 from embodied_rl.errors import UserError
 
 
@@ -30,23 +28,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def make_model_main(argv: list[str]) -> int:
     """Entry point the top-level CLI dispatches to; returns the exit status."""
-    args = _parser().parse_args(argv)
-    from embodied_rl.config.schema.model import ModelConfig
-    from embodied_rl.models.openvla_oft.policy import OpenVLAOFTPolicy
+    from embodied_rl.models.create import create_model
 
-    out: Path = args.out_dir
-    if out.exists() and any(out.iterdir()):
-        raise UserError(f"{out} exists and is not empty; choose a new directory")
-    torch.manual_seed(args.seed)
-    cfg = ModelConfig(model_path=str(out), action_dim=args.action_dim, num_images_in_input=args.num_images,
-                      proprio_dim=args.proprio_dim, unnorm_key=args.unnorm_key)
-    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
-    policy = OpenVLAOFTPolicy.from_preset(args.preset, cfg, dtype=dtype, image_size=args.image_size, action_dim=args.action_dim,
-                                          proprio_dim=args.proprio_dim, num_images_in_input=args.num_images,
-                                          unnorm_key=args.unnorm_key)
-    policy.save_checkpoint(out)
-    n = sum(p.numel() for p in policy.parameters())
-    print(f"wrote {args.preset} OpenVLA-OFT ({n / 1e6:.2f}M parameters, {args.precision}, {args.image_size}px, {args.num_images} image(s)) to {out}")
+    args = _parser().parse_args(argv)
+    made = create_model(args.preset, args.out_dir, image_size=args.image_size, num_images=args.num_images,
+                        action_dim=args.action_dim, proprio_dim=args.proprio_dim, unnorm_key=args.unnorm_key,
+                        precision=args.precision, seed=args.seed)
+    print(f"wrote {args.preset} OpenVLA-OFT ({made.num_parameters / 1e6:.2f}M parameters, {args.precision}, "
+          f"{args.image_size}px, {args.num_images} image(s)) to {made.path}")
     return 0
 
 

@@ -59,7 +59,7 @@ are filled from them before anything starts (`print-config` shows the result):
 So the shipped configs run on 2 CPU slots or 64 GPUs unchanged; a size set explicitly is
 checked against the machine instead.
 
-**Checked before anything starts.** Every rule across keys (`embodied_rl/config/checks.py`:
+**Checked before anything starts.** Every rule across keys (each subsystem's `checks.py`, run by `embodied_rl/configure.py`:
 placement, env split over workers and stages, group sizes, batch divisibility, critic and
 value head, learning rates, precision and attention kernel, GPU-only options, model,
 checkpoint and adapter paths, an existing checkpoint against `create_preset`) runs in

@@ -5,7 +5,7 @@ process per rank. Lifecycle, driven by the runner:
 
     addr, port = rank0.get_master_address()            # rank 0's host and a free port
     all ranks:  setup(addr, port)                      # process group, policy, FSDP2, AdamW, LR schedule
-    per step:   train_step(batch) -> metrics           # collective; batch contract in actor_batch.py
+    per step:   train_step(batch) -> metrics           # collective; batch contract in actor/batch.py
     SFT:        setup_sft(stats) once, then sft_step() -> metrics per step (demos read by each rank)
                 get_trainable_state_dict() -> (sd | None, version)   # collective; sd on rank 0 only
                 offload() / onload()                   # collocated GPU layouts (actor.enable_offload)
@@ -13,7 +13,7 @@ process per rank. Lifecycle, driven by the runner:
     shutdown()
 
 Every rank may be handed the same full batch (one Ray object, read zero-copy): each rank
-trains only on its slice of every global minibatch (see actor_batch.minibatch_plan).
+trains only on its slice of every global minibatch (see batch.minibatch_plan).
 """
 from __future__ import annotations
 
@@ -28,18 +28,14 @@ from torch.distributed.tensor import DTensor
 
 from embodied_rl.algorithms import compute_actor_critic_loss
 from embodied_rl.algorithms.sft import sft_loss
-from embodied_rl.models import build_policy
-from embodied_rl.runtime import fsdp
-from embodied_rl.runtime.checkpoint import ACTOR_OPTIM as OPTIM_FILE
-from embodied_rl.runtime.checkpoint import ACTOR_STATE as STATE_FILE
-from embodied_rl.runtime.checkpoint import ACTOR_WEIGHTS as WEIGHTS_FILE
-from embodied_rl.runtime.optim import build_optimizer, build_scheduler
-from embodied_rl.runtime.rng import (
+from embodied_rl.distributed.rng import (
     capture_rng_state,
     restore_rng_state,
     seed_everything,
 )
-from embodied_rl.workers.actor_batch import (
+from embodied_rl.models import build_policy
+from embodied_rl.workers.actor import OPTIM_FILE, STATE_FILE, WEIGHTS_FILE, fsdp
+from embodied_rl.workers.actor.batch import (
     check_batch_sizes,
     flatten_batch,
     minibatch_plan,
@@ -47,6 +43,7 @@ from embodied_rl.workers.actor_batch import (
     rank_micro_batches,
     select,
 )
+from embodied_rl.workers.actor.optim import build_optimizer, build_scheduler
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +128,11 @@ class ActorWorker:
     def setup_sft(self, stats: dict) -> int:
         """Adopt the SFT statistics and tokenise the demos (every rank reads them itself, so
         no sample passes through the driver); returns the number of samples."""
-        from embodied_rl.demos.sft_data import EpochSampler, build_samples, load_sft_demos
+        from embodied_rl.demos.sft_data import (
+            EpochSampler,
+            build_samples,
+            load_sft_demos,
+        )
 
         self._require_setup()
         self.policy.set_dataset_statistics(stats)

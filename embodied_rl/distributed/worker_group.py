@@ -16,14 +16,14 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from embodied_rl.config.resources import (
+from embodied_rl.distributed.placement import Placement, parse_component_placement
+from embodied_rl.distributed.resources import (
     Resources,
     from_totals,
     local_cpu_count,
     ray_address,
 )
 from embodied_rl.errors import ConfigError, UserError
-from embodied_rl.runtime.placement import Placement, parse_component_placement
 
 
 class WorkerError(RuntimeError):

@@ -5,7 +5,7 @@ key (`queue_size`, 0 = unbounded; a full queue blocks `put`, which is the backpr
 Array payloads (numpy arrays and CPU torch tensors anywhere inside the message, found with
 pickle protocol 5 out-of-band buffers) take one of two routes, chosen per key:
 
-- shared memory (`runtime/shm.py`) when every registered consumer of the key runs on the
+- shared memory (`distributed/shm.py`) when every registered consumer of the key runs on the
   producer's node: one memcpy in, one memcpy out (or zero-copy with `get(copy=False)`);
 - Ray's object store otherwise (consumer on another node, none registered yet, or no /dev/shm).
 
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import ray
 
-from embodied_rl.runtime import shm
+from embodied_rl.distributed import shm
 
 INLINE_MAX_BYTES = 64 * 1024  # messages with fewer buffer bytes travel inside the descriptor
 DEFAULT_TIMEOUT_S = 900.0

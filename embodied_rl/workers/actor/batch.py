@@ -35,7 +35,7 @@ def flatten_batch(batch: dict, *, needs_critic: bool) -> dict:
     """[T, N, ...] -> [T*N, ...] for every tensor (nested `forward_inputs` too); validates keys and shapes."""
     missing = [k for k in REQUIRED_KEYS + (CRITIC_KEYS if needs_critic else ()) if k not in batch]
     if missing:
-        raise ValueError(f"actor batch lacks {missing}; see embodied_rl/workers/actor_batch.py for the contract")
+        raise ValueError(f"actor batch lacks {missing}; see embodied_rl/workers/actor/batch.py for the contract")
     lead = tuple(batch["action_tokens"].shape[:2])
     out: dict = {}
     for key in REQUIRED_KEYS + CRITIC_KEYS + OPTIONAL_KEYS:

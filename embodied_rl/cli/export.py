@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def export(checkpoint: str, out_dir: str | Path, *, merged: bool = True) -> Path:
     """Resolve the checkpoint, rebuild its policy from its saved config and write it to out_dir."""
-    from embodied_rl.config.loader import load_config
+    from embodied_rl.configure import load_config
     from embodied_rl.runtime.checkpoint import CONFIG, export_policy, resolve_resume_dir
 
     out = Path(out_dir)

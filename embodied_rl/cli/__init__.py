@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from embodied_rl.errors import UserError
-from embodied_rl.runtime_env import configure_process_env
+from embodied_rl.process_env import configure_process_env
 
 EXIT_USER_ERROR = 2
 
@@ -77,7 +77,7 @@ def split_config_args(args: Sequence[str], default: str | None = None) -> tuple[
 
 
 def _load(ns: argparse.Namespace, extra: Sequence[str] = (), default: str | None = None):
-    from embodied_rl.config.loader import load_config
+    from embodied_rl.configure import load_config
 
     name, overrides = split_config_args(ns.args, default)
     return load_config(name, [*overrides, *extra])
@@ -119,8 +119,8 @@ def add_eval_args(parser: argparse.ArgumentParser) -> None:
 def eval_cmd(ns: argparse.Namespace) -> int | None:
     if not ns.compare:
         return _train(ns, extra=["runner.only_eval=true"])
-    from embodied_rl.config.checks import check_compare
     from embodied_rl.config.loader import save_resolved_config
+    from embodied_rl.configure import check_compare
 
     cfg = _load(ns, ["runner.only_eval=true"])
     sources = check_compare(cfg, ns.compare)  # before anything starts: paths, fixed reset ids
@@ -144,24 +144,28 @@ def _passthrough(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("argv", nargs=argparse.REMAINDER, help="arguments of the subcommand (see its --help)")
 
 
-@command("review", "open the review page of one or more run directories: review RUN_DIR...", _passthrough)
-def review_cmd(ns: argparse.Namespace) -> int | None:
-    return resolve_entry("embodied_rl.review.cli:main", "the review page (embodied-rl review)")(ns.argv)
+# name -> (help, 'module:function' given the argv after the name, what the user asked for)
+_SUBSYSTEM_COMMANDS = {
+    "review": ("open the review page of one or more run directories: review RUN_DIR...",
+               "embodied_rl.review.cli:main", "the review page (embodied-rl review)"),
+    "make-model": ("create a model checkpoint from a preset: make-model PRESET OUT_DIR",
+                   "embodied_rl.cli.make_model:make_model_main", "model presets (embodied-rl make-model)"),
+    "export": ("write a training checkpoint's policy as a plain model: export CHECKPOINT OUT_DIR",
+               "embodied_rl.cli.export:main", "checkpoint export (embodied-rl export)"),
+    "demos": ("record scripted-expert demonstrations for SFT: demos [CONFIG] [key=value ...] --num-demos N --out DIR",
+              "embodied_rl.cli.demos:main", "demonstrations (embodied-rl demos)"),
+}
 
 
-@command("make-model", "create a model checkpoint from a preset: make-model PRESET OUT_DIR", _passthrough)
-def make_model_cmd(ns: argparse.Namespace) -> int | None:
-    return resolve_entry("embodied_rl.models.cli:make_model_main", "model presets (embodied-rl make-model)")(ns.argv)
+def _subsystem_command(target: str, feature: str) -> Callable[[argparse.Namespace], int | None]:
+    def run(ns: argparse.Namespace) -> int | None:
+        return resolve_entry(target, feature)(ns.argv)
+
+    return run
 
 
-@command("export", "write a training checkpoint's policy as a plain model: export CHECKPOINT OUT_DIR", _passthrough)
-def export_cmd(ns: argparse.Namespace) -> int | None:
-    return resolve_entry("embodied_rl.runtime.export:main", "checkpoint export (embodied-rl export)")(ns.argv)
-
-
-@command("demos", "record scripted-expert demonstrations for SFT: demos [CONFIG] [key=value ...] --num-demos N --out DIR", _passthrough)
-def demos_cmd(ns: argparse.Namespace) -> int | None:
-    return resolve_entry("embodied_rl.demos.cli:main", "demonstrations (embodied-rl demos)")(ns.argv)
+for _name, (_help, _target, _feature) in _SUBSYSTEM_COMMANDS.items():
+    command(_name, _help, _passthrough)(_subsystem_command(_target, _feature))
 
 
 # ---- entry point ---------------------------------------------------------------------
@@ -201,6 +205,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     return int(code or 0)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

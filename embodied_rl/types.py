@@ -1,4 +1,6 @@
-"""Messages the env layer sends to the rollout side. Plain numpy so they can live in shared memory.
+"""Data types several layers share: what an env reports (observations, step results, episode
+summaries) and the per-episode outcome the runner pairs across evaluations. Plain numpy, so
+that they can live in shared memory; no import of any embodied_rl layer.
 
 Shapes use N = number of sub-envs, C = num_action_chunks, H/W = camera size, D = state dim.
 """
@@ -78,3 +80,24 @@ class ChunkStepResult:
     def chunk_rewards(self) -> np.ndarray:
         """float32 [N] sum of the chunk's step rewards."""
         return self.rewards.sum(axis=-1)
+
+
+@dataclass(frozen=True)
+class EpisodeOutcome:
+    """One finished episode of a rollout epoch, as an env worker reports it to the runner.
+
+    sub_env: the run-wide sub-env index, (env rank * stages + stage) * sub-envs per stage +
+    index in the stage: with the same config (placement, env.<mode>.total_num_envs) the same
+    sub-env of another evaluation starts from the same reset id under use_fixed_reset_state_ids.
+    episode: the episode's index on its sub-env within the epoch (0 unless auto_reset).
+    """
+
+    sub_env: int
+    episode: int
+    reset_id: int
+    task_id: str
+    success_once: bool
+    success_at_end: bool
+    episode_return: float
+    episode_len: int
+    failed: bool = False

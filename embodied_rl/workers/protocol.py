@@ -1,4 +1,4 @@
-"""Dataclasses exchanged by env and rollout workers (through `runtime.channel.Channel`).
+"""Dataclasses exchanged by env and rollout workers (through `distributed.channel.Channel`).
 
 Protocol of one rollout epoch of T chunk steps and S pipeline stages (per env worker e):
   env  -> rollout  obs key (rollout rank, s):  EnvStepMessage(step=0)  after reset
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from embodied_rl.envs.messages import EnvObservation
-from embodied_rl.runtime.channel import Channel
+from embodied_rl.distributed.channel import Channel
+from embodied_rl.types import EnvObservation
 
 
 def obs_key(queue: str, rollout_rank: int, stage: int) -> str:
@@ -99,27 +99,6 @@ class ActionMessage:
     stage: int
     step: int
     actions: np.ndarray
-
-
-@dataclass(frozen=True)
-class EpisodeOutcome:
-    """One finished episode of a rollout epoch, as an env worker reports it to the runner.
-
-    sub_env: the run-wide sub-env index, (env rank * stages + stage) * sub-envs per stage +
-    index in the stage: with the same config (placement, env.<mode>.total_num_envs) the same
-    sub-env of another evaluation starts from the same reset id under use_fixed_reset_state_ids.
-    episode: the episode's index on its sub-env within the epoch (0 unless auto_reset).
-    """
-
-    sub_env: int
-    episode: int
-    reset_id: int
-    task_id: str
-    success_once: bool
-    success_at_end: bool
-    episode_return: float
-    episode_len: int
-    failed: bool = False
 
 
 @dataclass

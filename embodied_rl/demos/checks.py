@@ -1,0 +1,36 @@
+"""Rules of SFT's demonstrations: read by SFT only, each directory matching the policy and env.train."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from embodied_rl.config.rules import RuleSet
+from embodied_rl.errors import ConfigError
+
+if TYPE_CHECKING:
+    from embodied_rl.config.schema import RootConfig
+
+RULES = RuleSet()
+
+
+@RULES.config_check
+def _sft_data(cfg: RootConfig) -> None:
+    """Demonstrations: read by SFT only, each directory checked against the policy and env.train."""
+    paths, r = cfg.data.train_data_paths, cfg.runner
+    if r.paradigm == "rl" and paths:
+        raise ConfigError("data.train_data_paths is read by SFT only; set runner.paradigm=sft (or `embodied-rl sft`), or remove it")
+    if r.paradigm != "sft" or r.only_eval:
+        return
+    if not paths:
+        raise ConfigError("runner.paradigm=sft needs data.train_data_paths: demo directories recorded by `embodied-rl demos`")
+    if cfg.actor.global_batch_size is None:
+        raise ConfigError("actor.global_batch_size: SFT needs a number of demo samples per optimizer step (e.g. 64); null derives it from RL rollouts only")
+    from embodied_rl.demos import DemoError
+    from embodied_rl.demos.reader import check_demos_for
+
+    for i, path in enumerate(paths):
+        try:
+            check_demos_for(cfg, path)
+        except DemoError as err:
+            hint = f"; record them with `embodied-rl demos CONFIG --num-demos N --out {path}`" if not Path(path).exists() else ""
+            raise ConfigError(f"data.train_data_paths[{i}]: {err}{hint}") from None

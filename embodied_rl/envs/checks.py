@@ -1,0 +1,84 @@
+"""Rules of env.train / env.eval: each simulator's init_params, episode keys, held-out reset ids,
+and the split of sub-envs over env workers and pipeline stages."""
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from embodied_rl.config.plan import used_modes
+from embodied_rl.config.rules import RuleSet
+from embodied_rl.config.typecheck import build
+from embodied_rl.envs.backend import get_simulator
+from embodied_rl.errors import ConfigError
+
+if TYPE_CHECKING:
+    from embodied_rl.config.plan import RunPlan
+    from embodied_rl.config.schema import RootConfig
+
+RULES = RuleSet()
+
+
+@RULES.config_check
+def _init_params(cfg: RootConfig) -> None:
+    """Each env section's init_params against its simulator's `params_cls`, normalised to a
+    full dict of that dataclass (defaults filled in) for the rules and workers after this one."""
+    for section in ("train", "eval"):
+        env_cfg = getattr(cfg.env, section)
+        path = f"env.{section}"
+        try:
+            backend = get_simulator(env_cfg.env_type)
+        except KeyError as err:
+            raise ConfigError(f"{path}.env_type: {err.args[0]} (is its simulator package installed?)") from err
+        params_cls = getattr(backend, "params_cls", None)
+        if params_cls is None or not dataclasses.is_dataclass(params_cls):
+            raise TypeError(f"simulator backend {backend.__name__} must define params_cls as a dataclass")
+        env_cfg.init_params = dataclasses.asdict(build(params_cls, env_cfg.init_params, f"{path}.init_params"))
+
+
+@RULES.config_check
+def _env_episodes(cfg: RootConfig) -> None:
+    """Episode keys of each env config; the per-worker split is checked with the plan."""
+    from embodied_rl.envs.action_adapter import ActionAdapter
+    from embodied_rl.envs.vector_env import ChunkedVectorEnv
+
+    for mode in used_modes(cfg):
+        env, key = getattr(cfg.env, mode), f"env.{mode}"
+        if env.total_num_envs is not None and env.total_num_envs < 1:
+            raise ConfigError(f"{key}.total_num_envs: must be >= 1, or null to derive it from the machine, got {env.total_num_envs}")
+        ChunkedVectorEnv.validate(env, None, key)
+        if env.video_cfg.fps < 1:
+            raise ConfigError(f"{key}.video_cfg.fps: must be >= 1, got {env.video_cfg.fps}")
+        sub = env.subproc
+        for name in ("start_timeout_s", "reset_timeout_s", "step_timeout_s"):
+            if getattr(sub, name) <= 0:
+                raise ConfigError(f"{key}.subproc.{name}: must be > 0 seconds, got {getattr(sub, name)}")
+        if sub.max_restarts < 0:
+            raise ConfigError(f"{key}.subproc.max_restarts: must be >= 0, got {sub.max_restarts}")
+        try:
+            ActionAdapter(env.action_adapter, cfg.actor.model.action_dim)
+        except ConfigError as err:
+            raise ConfigError(str(err).replace("env.action_adapter", f"{key}.action_adapter", 1)) from None
+
+@RULES.config_check
+def _held_out_eval(cfg: RootConfig) -> None:
+    """Evaluation starts from states training never draws, unless env.eval says `all`."""
+    from embodied_rl.envs.reset_split import overlaps
+
+    train, ev = cfg.env.train.reset_id_split, cfg.env.eval.reset_id_split
+    if overlaps(train, ev) and ev != "all":
+        raise ConfigError(
+            f"env.eval.reset_id_split={ev} shares initial states with env.train.reset_id_split={train}: evaluation "
+            f"would not be held out; use env.train.reset_id_split=train and env.eval.reset_id_split=eval, or "
+            f"env.eval.reset_id_split=all to evaluate on every state, training states included (LIBERO's official protocol)"
+        )
+
+@RULES.plan_check
+def _env_split(cfg: RootConfig, plan: RunPlan) -> None:
+    from embodied_rl.distributed.placement import envs_per_worker, rollout_rank_of
+    from embodied_rl.envs.vector_env import ChunkedVectorEnv
+
+    rollout_rank_of(0, plan.env_workers, plan.rollout_workers)
+    for mode in used_modes(cfg):
+        env = getattr(cfg.env, mode)
+        per_stage = envs_per_worker(env.total_num_envs, plan.env_workers, cfg.rollout.pipeline_stage_num, mode)
+        ChunkedVectorEnv.validate(env, per_stage, f"env.{mode}")

@@ -1,0 +1,38 @@
+"""Create a randomly initialised policy from an architecture preset and write it in its
+checkpoint layout: the one function the CLI (`embodied-rl make-model`), the runtime
+(`actor.model.create_preset`), tests and benchmarks use."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from embodied_rl.errors import UserError
+from embodied_rl.models.registry import PRECISION_DTYPES, policy_class
+
+
+@dataclass(frozen=True)
+class CreatedModel:
+    path: Path
+    num_parameters: int
+
+
+def create_model(preset: str, out_dir: str | Path, *, model_type: str = "openvla_oft", image_size: int = 224,
+                 num_images: int = 1, action_dim: int = 7, proprio_dim: int = 8, unnorm_key: str = "identity",
+                 precision: str = "fp32", seed: int = 0) -> CreatedModel:
+    """Write preset `preset` of `model_type` (weights seeded by `seed`, identity action statistics
+    under `unnorm_key`) to `out_dir`, which must be empty or absent."""
+    from embodied_rl.config.schema.model import ModelConfig
+
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()):
+        raise UserError(f"{out} exists and is not empty; choose a new directory")
+    torch.manual_seed(seed)
+    cfg = ModelConfig(model_type=model_type, model_path=str(out), action_dim=action_dim, num_images_in_input=num_images,
+                      proprio_dim=proprio_dim, unnorm_key=unnorm_key)
+    policy = policy_class(model_type).from_preset(
+        preset, cfg, dtype=PRECISION_DTYPES[precision], image_size=image_size, action_dim=action_dim,
+        proprio_dim=proprio_dim, num_images_in_input=num_images, unnorm_key=unnorm_key)
+    policy.save_checkpoint(out)
+    return CreatedModel(out, sum(p.numel() for p in policy.parameters()))
