@@ -92,10 +92,10 @@ def write_checkpoints(model: str, root: Path) -> tuple[Path, Path]:
     torch.manual_seed(0)
     base = root / model
     if model == "tiny":
-        from embodied_rl.cli.make_model import make_model_main
+        from embodied_rl.models.create import create_model
 
         with contextlib.redirect_stdout(sys.stderr):  # keep stdout for the table
-            make_model_main(["tiny", str(base), "--image-size", str(IMAGE)])
+            create_model("tiny", str(base), image_size=IMAGE)
     else:
         arch = mid_arch()
         tokenizer = build_tiny_tokenizer(arch.base_vocab_size, arch.n_action_bins)

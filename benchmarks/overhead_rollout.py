@@ -26,12 +26,12 @@ import numpy as np
 import torch
 
 import embodied_rl  # noqa: F401  (torchvision shim first)
-from embodied_rl.cli.make_model import make_model_main
 from embodied_rl.config.schema.env import EnvConfig
 from embodied_rl.config.schema.model import ModelConfig
 from embodied_rl.distributed.channel import Channel
 from embodied_rl.distributed.worker_group import RayCluster, WorkerGroup
 from embodied_rl.envs import make_env
+from embodied_rl.models.create import create_model
 from embodied_rl.process_env import configure_process_env
 from embodied_rl.workers.env_worker import EnvWorker
 from embodied_rl.workers.protocol import ChannelWiring, SamplingSpec
@@ -109,25 +109,25 @@ def measure_loop(env_cfg: EnvConfig, args) -> float:
     cluster = RayCluster(num_cpu_slots=2)
     placement = cluster.placement({"env": "0", "rollout": "1"})
     model_dir = tempfile.mkdtemp(prefix="tiny-oft-") + "/m"
-    make_model_main(["tiny", model_dir, "--image-size", str(args.size)])
+    create_model("tiny", model_dir, image_size=args.size)
     channel = Channel.create("overhead", queue_size=2)
     envs = WorkerGroup(EnvWorker, cluster, placement, "env", kwargs={
         "env_cfgs": {"eval": env_cfg}, "wiring": ChannelWiring.single(channel), "num_rollout_workers": 1, "pipeline_stage_num": 1})
     rollouts = WorkerGroup(TrivialPolicyRolloutWorker, cluster, placement, "rollout", kwargs={
         "model_cfg": ModelConfig(model_path=model_dir), "wiring": ChannelWiring.single(channel), "num_env_workers": 1, "pipeline_stage_num": 1,
         "sampling": {"greedy": SamplingSpec(do_sample=False)}, "compute_values": False})
-    rollouts.run("trivial")
+    rollouts.trivial().wait()
 
     def epoch(n: int) -> float:
         t0 = time.perf_counter()
-        refs = envs.call("interact", n, "eval"), rollouts.call("generate", n, "eval")
-        envs.gather(refs[0])
-        rollouts.gather(refs[1])
+        refs = envs.interact(n, "eval"), rollouts.generate(n, "eval")
+        refs[0].wait()
+        refs[1].wait()
         return time.perf_counter() - t0
 
     epoch(1)  # warm-up (sim start-up)
     t = sum(epoch(args.chunk_steps) for _ in range(args.rounds))
-    envs.run("close")
+    envs.close().wait()
     for g in (envs, rollouts):
         g.shutdown()
     channel.shutdown()

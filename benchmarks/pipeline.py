@@ -35,11 +35,11 @@ import time
 from pathlib import Path
 
 import embodied_rl  # noqa: F401  (torchvision shim first)
-from embodied_rl.cli.make_model import make_model_main
 from embodied_rl.config.schema.env import EnvConfig
 from embodied_rl.config.schema.model import ModelConfig
 from embodied_rl.distributed.channel import Channel
 from embodied_rl.distributed.worker_group import RayCluster, WorkerGroup
+from embodied_rl.models.create import create_model
 from embodied_rl.process_env import configure_process_env
 from embodied_rl.workers.env_worker import EnvWorker
 from embodied_rl.workers.protocol import ChannelWiring, SamplingSpec
@@ -142,16 +142,16 @@ def build(cluster, model_cfg, args, stages: int):
         "model_cfg": model_cfg, "wiring": ChannelWiring.single(channel), "num_env_workers": 1, "pipeline_stage_num": stages,
         "sampling": {"train": SamplingSpec(do_sample=False)}, "compute_values": True})
     if args.pin:
-        envs.run("pin", 0)
-        rollouts.run("pin", 1)
+        envs.pin(0).wait()
+        rollouts.pin(1).wait()
     return channel, envs, rollouts
 
 
 def epoch(envs, rollouts, steps: int) -> tuple[float, dict, dict]:
     t0 = time.perf_counter()
-    env_refs, roll_refs = envs.call("interact", steps), rollouts.call("generate", steps)
-    env_m = envs.gather(env_refs)[0]
-    _, roll_m = rollouts.gather(roll_refs)[0]
+    env_refs, roll_refs = envs.interact(steps), rollouts.generate(steps)
+    env_m = env_refs.wait()[0]
+    _, roll_m = roll_refs.wait()[0]
     return time.perf_counter() - t0, env_m, roll_m
 
 
@@ -162,7 +162,7 @@ def calibrate(envs, rollouts, args) -> int:
     repeats = max(1, round(env_m["time/env/step_s"] / args.chunk_steps / per_forward / args.envs))
     estimates = []
     for _ in range(3):  # refine (the first estimate misses per-call overheads); median: sims are noisy
-        rollouts.run("set_policy_repeats", repeats)
+        rollouts.set_policy_repeats(repeats).wait()
         _, env_m, roll_m = epoch(envs, rollouts, args.chunk_steps)
         estimates.append(max(1, round(repeats * env_m["time/env/step_s"] / roll_m["time/rollout/infer_s"])))
         repeats = estimates[-1]
@@ -203,7 +203,7 @@ def main() -> None:
     configure_process_env()
     cluster = RayCluster(num_cpu_slots=4)  # 2 settings x (env, rollout); idle ones cost no CPU
     model_dir = tempfile.mkdtemp(prefix="tiny-oft-")
-    make_model_main(["tiny", model_dir + "/m", "--image-size", str(args.size)])
+    create_model("tiny", model_dir + "/m", image_size=args.size)
     model_cfg = ModelConfig(model_path=model_dir + "/m", add_value_head=True)
     settings = {stages: build(cluster, model_cfg, args, stages) for stages in (1, 2)}
     for stages, (_, envs, rollouts) in settings.items():
@@ -227,7 +227,7 @@ def main() -> None:
                   f"env waiting {env_m['time/env/wait_actions_s']:6.2f} s  inference {roll_m['time/rollout/infer_s']:6.2f} s",
                   flush=True)
     for channel, envs, rollouts in settings.values():
-        envs.run("close")
+        envs.close().wait()
         envs.shutdown()
         rollouts.shutdown()
         channel.shutdown()

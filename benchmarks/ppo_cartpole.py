@@ -108,11 +108,11 @@ def main() -> None:
         batch = {"rewards": stack("rew"), "dones": stack("done"), "truncations": stack("trunc"),
                  "bootstrap_values": stack("boot"),
                  "values": torch.cat([stack("val"), last_val[None, :, None]], 0),
-                 "old_logprobs": stack("logp")}
+                 "logprobs": stack("logp")}
         adv = compute_advantages(cfg, batch, action_dim=1, auto_reset=True)
         flat = lambda x: x.reshape(T * N, -1)
         b_obs, b_act = torch.stack(buf["obs"]).reshape(T * N, -1), torch.stack(buf["act"]).reshape(T * N)
-        b_logp, b_val = flat(batch["old_logprobs"]), flat(batch["values"][:-1])
+        b_logp, b_val = flat(batch["logprobs"]), flat(batch["values"][:-1])
         b_adv, b_ret, b_mask = flat(adv["advantages"]), flat(adv["returns"]), flat(adv["loss_mask"])
         for _ in range(cfg.update_epoch):
             for mb in torch.randperm(T * N).split(T * N // 4):

@@ -34,10 +34,10 @@ class _BeforeTorchvision(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname, path, target=None):
         if fullname != "torchvision":
-            return None
+            return
         sys.meta_path.remove(self)
         _declare_missing_ops()
-        return None  # let the normal finders import torchvision
+        return  # let the normal finders import torchvision
 
 
 def ensure_torchvision_importable() -> None:

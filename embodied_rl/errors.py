@@ -7,3 +7,7 @@ class UserError(Exception):
 
 class ConfigError(UserError):
     """Invalid configuration key or value."""
+
+
+class CheckpointError(UserError):
+    """A model or training checkpoint that is missing files, or whose tensors do not match."""

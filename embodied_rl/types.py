@@ -6,6 +6,7 @@ Shapes use N = number of sub-envs, C = num_action_chunks, H/W = camera size, D =
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,6 +30,35 @@ class EnvObservation:
     @property
     def num_envs(self) -> int:
         return int(self.main_images.shape[0])
+
+    @classmethod
+    def concat(cls, parts: Sequence[EnvObservation]) -> EnvObservation:
+        """Join observations along N, in the given order."""
+        wrist = None if parts[0].wrist_images is None else np.concatenate([p.wrist_images for p in parts])
+        return cls(main_images=np.concatenate([p.main_images for p in parts]),
+                   states=np.concatenate([p.states for p in parts]),
+                   task_descriptions=[d for p in parts for d in p.task_descriptions], wrist_images=wrist)
+
+    def rows(self, index: np.ndarray | Sequence[int]) -> EnvObservation:
+        """The sub-envs `index` (integer indices or a bool mask over N), as new arrays."""
+        index = np.asarray(index)
+        picked = np.flatnonzero(index) if index.dtype == bool else index
+        return EnvObservation(main_images=self.main_images[picked], states=self.states[picked],
+                              task_descriptions=[self.task_descriptions[int(i)] for i in picked],
+                              wrist_images=None if self.wrist_images is None else self.wrist_images[picked])
+
+    def copy(self) -> EnvObservation:
+        return self.rows(np.arange(self.num_envs))
+
+    def set_rows(self, rows: np.ndarray | Sequence[int], src: EnvObservation) -> None:
+        """self[rows] = src in place (src holds exactly those rows, in order)."""
+        rows = np.asarray(rows)
+        self.main_images[rows] = src.main_images
+        self.states[rows] = src.states
+        if self.wrist_images is not None and src.wrist_images is not None:
+            self.wrist_images[rows] = src.wrist_images
+        for k, r in enumerate(rows):
+            self.task_descriptions[int(r)] = src.task_descriptions[k]
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 The batch is what the runtime hands the actor (see embodied_rl/workers/actor/batch.py):
 observations are random 56 px images, but every tensor comes from the real policy's
-`prepare_inputs` + `predict` and the real `compute_advantages`.
+`prepare_inputs` + `predict` and the real `compute_advantages`. The session's `Host` actors
+come from the `actor_hosts` fixture (tests/ray_fixtures.py).
 """
 from __future__ import annotations
 
@@ -12,17 +13,17 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pytest
 import ray
 import torch
 
 from embodied_rl.algorithms import compute_advantages
-from embodied_rl.cli.make_model import make_model_main
 from embodied_rl.config import RootConfig
 from embodied_rl.config.loader import deep_merge
 from embodied_rl.config.overrides import apply_override, parse_override
 from embodied_rl.configure import config_from_dict
+from embodied_rl.distributed.worker_group import gather_ranks
 from embodied_rl.models import build_policy
+from embodied_rl.models.create import create_model
 from embodied_rl.types import EnvObservation
 from embodied_rl.workers.actor import fsdp
 from embodied_rl.workers.actor.worker import ActorWorker
@@ -33,7 +34,7 @@ T, N = 4, 4  # chunk steps x envs -> 16 samples
 def make_tiny_model(dirpath: Path) -> Path:
     out = dirpath / "tiny-oft-56"
     if not out.exists():
-        assert make_model_main(["tiny", str(out), "--image-size", "56", "--seed", "0"]) == 0
+        create_model("tiny", str(out), image_size=56, seed=0)
     return out
 
 
@@ -78,7 +79,7 @@ def make_rollout_batch(cfg, seed: int = 0) -> dict:
     rollout = {
         "rewards": torch.rand(T, N, c, generator=gen),
         "dones": torch.zeros(T, N, c, dtype=torch.bool),
-        "old_logprobs": tm(out.logprobs),
+        "logprobs": tm(out.logprobs),
     }
     rollout["dones"][1, 0, -1] = True
     if cfg.algorithm.uses_critic:
@@ -135,22 +136,9 @@ def fsdp_facts(w: ActorWorker) -> dict:
             "local_fraction": round(sum(q.to_local().numel() for q in w.policy.parameters()) / sum(q.numel() for q in w.policy.parameters()), 1)}
 
 
-# Ray workers cannot import this tests/ module by name: ship it by value.
+# Ray workers find the tests package only when the driver runs from the checkout root (Ray adds
+# the driver's working directory to their path): ship this module by value.
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-
-@pytest.fixture(scope="session")
-def actor_hosts(ray_session):
-    # max_restarts: a group whose test failed mid-collective is killed and comes back fresh.
-    hosts = [ray.remote(num_cpus=1, max_restarts=-1)(Host).remote() for _ in range(2)]
-    yield hosts
-    if not ray.is_initialized():  # a later test (the schema walk) ended the shared session: gone with it
-        return
-    for h in hosts:
-        try:
-            ray.kill(h)
-        except ray.exceptions.ActorHandleNotFoundError:  # its session was replaced by a later test's
-            pass
 
 
 class ActorGroup:
@@ -193,37 +181,6 @@ class ActorGroup:
                     time.sleep(0.5)
 
 
-def _get_all_ranks(refs: list, grace_s: float = 30.0) -> list:
-    """ray.get over every rank, but when one rank fails, report what each rank did.
-
-    ray.get raises the first error it sees, which is often a rank's *symptom* (a peer closed the
-    gloo connection) while the cause sits on another rank that is still running or dying.
-    """
-    pending = list(refs)
-    failed = False
-    deadline = None
-    while pending:
-        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-        ready, pending = ray.wait(pending, num_returns=1, timeout=timeout)
-        if not ready:
-            break  # grace period over
-        try:
-            ray.get(ready[0])
-        except Exception:  # noqa: BLE001 - any task error starts the grace period
-            failed = True
-            deadline = deadline or time.monotonic() + grace_s
-    if not failed:
-        return ray.get(refs)
-    lines, first = [], None
-    for rank, ref in enumerate(refs):
-        if ref in pending:
-            lines.append(f"rank {rank}: still running after {grace_s:.0f} s (blocked in a collective?)")
-            continue
-        try:
-            ray.get(ref)
-            lines.append(f"rank {rank}: returned")
-        except Exception as e:  # noqa: BLE001 - every rank's outcome goes into one report
-            first = first or e
-            cause = str(e).strip().splitlines()
-            lines.append(f"rank {rank}: {type(e).__name__}: {cause[-1] if cause else ''}")
-    raise RuntimeError("actor group call failed:\n  " + "\n  ".join(lines)) from first
+def _get_all_ranks(refs: list) -> list:
+    """Every rank's result; a failure reports what each rank did (the production gather)."""
+    return gather_ranks(refs, "actor group")

@@ -36,6 +36,6 @@ def make_rollout(seed: int, T: int, N: int, C: int, A: int, *, auto_reset: bool 
         "truncations": torch.from_numpy(truncs),
         "bootstrap_values": torch.from_numpy(rng.normal(size=(T, N, C)).astype(np.float32)) * torch.from_numpy(truncs),
         "values": torch.from_numpy(rng.normal(size=(T + 1, N, k)).astype(np.float32)),
-        "old_logprobs": torch.from_numpy(-rng.random(size=(T, N, C * A)).astype(np.float32)),
+        "logprobs": torch.from_numpy(-rng.random(size=(T, N, C * A)).astype(np.float32)),
         "ref_logprobs": torch.from_numpy(-rng.random(size=(T, N, C * A)).astype(np.float32)),
     }

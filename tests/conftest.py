@@ -1,8 +1,10 @@
 """Shared pytest settings for the whole suite.
 
-Subsystem fixtures live in their own `tests/fixtures_*.py` modules (import them explicitly)
-so this file stays small. Every test process gets the same simulator environment variables
-as the CLI (private Vulkan ICD, MUJOCO_GL), set before any simulator is imported.
+Fixtures shared by several test modules live in the plugin modules named in `pytest_plugins`
+below, so this file stays small; tests request them by argument name and never import them.
+Plain helpers are imported as `from tests.<module> import ...` (tests/ is a package).
+Every test process gets the same simulator environment variables as the CLI (private Vulkan
+ICD, MUJOCO_GL), set before any simulator is imported.
 """
 from __future__ import annotations
 
@@ -11,8 +13,13 @@ from pathlib import Path
 
 import pytest
 
-import embodied_rl  # noqa: F401  (import order: torchvision shim before timm/torchvision)
+# pytest imports this file before any test module, so this is the one place that puts the
+# package first: importing embodied_rl installs its import hook (embodied_rl/_compat.py), which
+# must be in place before anything imports torchvision or timm.
+import embodied_rl  # noqa: F401
 from embodied_rl.process_env import configure_process_env
+
+pytest_plugins = ["tests.ray_fixtures"]
 
 configure_process_env()
 # Tests never talk to the wandb service or wait on a prompt.

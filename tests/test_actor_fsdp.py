@@ -10,20 +10,18 @@ import math
 
 import pytest
 import torch
-from actor_fixtures import (  # noqa: F401
-    ActorGroup,
-    actor_config,
-    actor_hosts,
-    fsdp_facts,
-    make_rollout_batch,
-    make_tiny_model,
-)
-from ray_fixtures import ray_session  # noqa: F401
 
 from embodied_rl.errors import ConfigError
 from embodied_rl.workers.actor import fsdp
 from embodied_rl.workers.actor.batch import check_batch_sizes
 from embodied_rl.workers.actor.optim import lr_multiplier
+from tests.actor_fixtures import (
+    ActorGroup,
+    actor_config,
+    fsdp_facts,
+    make_rollout_batch,
+    make_tiny_model,
+)
 
 LORA = ("actor.model.is_lora=true", "actor.model.lora_rank=4")
 
@@ -58,7 +56,7 @@ def batch(lora_cfg):
 
 
 @pytest.fixture(scope="module")
-def world2(actor_hosts, lora_cfg, batch):  # noqa: F811
+def world2(actor_hosts, lora_cfg, batch):
     """World size 2 over gloo: state before/after one train step, metrics, sharding facts."""
     with ActorGroup(actor_hosts, lora_cfg, 2) as group:
         sharding = group.run(lambda w: (
@@ -92,7 +90,7 @@ def test_loss_finite_and_only_trainable_tensors_change(world2, lora_cfg):
     assert world2["version"] == 2
 
 
-def test_world2_equals_world1_on_same_global_batch(world2, actor_hosts, lora_cfg, batch):  # noqa: F811
+def test_world2_equals_world1_on_same_global_batch(world2, actor_hosts, lora_cfg, batch):
     _, after1, metrics1 = train_once(actor_hosts, lora_cfg, 1, batch)
     after2 = world2["trainable"]
     assert set(after1) == set(after2)
@@ -101,14 +99,14 @@ def test_world2_equals_world1_on_same_global_batch(world2, actor_hosts, lora_cfg
     assert metrics1["train/actor/policy_loss"] == pytest.approx(world2["metrics"]["train/actor/policy_loss"], rel=1e-4, abs=1e-6)
 
 
-def test_gradient_checkpointing_under_fsdp2_gives_the_same_update(world2, actor_hosts, model_dir, batch):  # noqa: F811
+def test_gradient_checkpointing_under_fsdp2_gives_the_same_update(world2, actor_hosts, model_dir, batch):
     cfg = actor_config(model_dir, *LORA, "actor.model.gradient_checkpointing=true")
     _, after, _ = train_once(actor_hosts, cfg, 1, batch)
     for k, v in world2["trainable"].items():
         torch.testing.assert_close(after[k], v, rtol=1e-4, atol=1e-6, msg=k)
 
 
-def test_grad_accumulation_equals_one_big_micro_batch(actor_hosts, model_dir, batch):  # noqa: F811
+def test_grad_accumulation_equals_one_big_micro_batch(actor_hosts, model_dir, batch):
     cfg_accum = actor_config(model_dir, "actor.micro_batch_size=2", "actor.global_batch_size=8")
     cfg_big = actor_config(model_dir, "actor.micro_batch_size=8", "actor.global_batch_size=8")
     before, after_accum, _ = train_once(actor_hosts, cfg_accum, 1, batch)
@@ -118,7 +116,7 @@ def test_grad_accumulation_equals_one_big_micro_batch(actor_hosts, model_dir, ba
     assert any(not torch.equal(before[k], after_big[k]) for k in before)
 
 
-def test_value_lr_group_drives_the_value_head(actor_hosts, model_dir, batch):  # noqa: F811
+def test_value_lr_group_drives_the_value_head(actor_hosts, model_dir, batch):
     cfg = actor_config(model_dir, "actor.optim.lr=0.0", "actor.optim.value_lr=0.01", "actor.optim.min_lr=0.0")
     before, after, metrics = train_once(actor_hosts, cfg, 1, batch)
     assert metrics["train/actor/lr"] == 0.0 and metrics["train/critic/lr"] == 0.01
@@ -126,7 +124,7 @@ def test_value_lr_group_drives_the_value_head(actor_hosts, model_dir, batch):  #
     assert changed and all(k.startswith("value_head.") for k in changed), sorted(changed)[:5]
 
 
-def test_critic_warmup_moves_only_the_value_head_then_the_policy(actor_hosts, model_dir, batch):  # noqa: F811
+def test_critic_warmup_moves_only_the_value_head_then_the_policy(actor_hosts, model_dir, batch):
     cfg = actor_config(model_dir, "runner.critic_warmup=1")
     with ActorGroup(actor_hosts, cfg, 1) as group:
         states = [group.call("get_trainable_state_dict")[0][0]]
@@ -141,7 +139,7 @@ def test_critic_warmup_moves_only_the_value_head_then_the_policy(actor_hosts, mo
     assert metrics[0]["train/actor/lr"] == 0.0 and metrics[1]["train/actor/lr"] == cfg.actor.optim.lr
 
 
-def test_grpo_batch_without_critic_trains(actor_hosts, model_dir):  # noqa: F811
+def test_grpo_batch_without_critic_trains(actor_hosts, model_dir):
     cfg = actor_config(model_dir, "algorithm.adv_type=grpo", "algorithm.group_size=2", "env.train.group_size=2",
                        "actor.model.add_value_head=false")
     before, after, metrics = train_once(actor_hosts, cfg, 1, make_rollout_batch(cfg))
@@ -173,7 +171,7 @@ def test_bad_batch_sizes_are_one_line_errors():
      {"param_dtype": torch.bfloat16, "reshard_after_forward": False, "placements": ["Shard"]}),
     (("actor.fsdp_config.sharding_strategy=no_shard",), {"placements": ["Replicate", "Shard"], "local_fraction": 1.0}),
 ])
-def test_fsdp_config_keys_take_effect(actor_hosts, model_dir, overrides, expect):  # noqa: F811
+def test_fsdp_config_keys_take_effect(actor_hosts, model_dir, overrides, expect):
     with ActorGroup(actor_hosts, actor_config(model_dir, *overrides), 2) as group:
         facts = group.run(fsdp_facts)
     for f in facts:

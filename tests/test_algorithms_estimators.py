@@ -1,4 +1,4 @@
-"""Advantage estimators against deliberately naive plain-loop references (issue 4, points 1-2)."""
+"""Advantage estimators against deliberately naive plain-loop references."""
 from __future__ import annotations
 
 import math
@@ -6,13 +6,12 @@ import statistics
 
 import pytest
 import torch
-from algo_rollouts import make_rollout
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import embodied_rl  # noqa: F401
 from embodied_rl.algorithms import build_loss_mask, compute_advantages
 from embodied_rl.config.schema.algorithm import AlgorithmConfig
+from tests.algo_rollouts import make_rollout
 
 G, LAM = 0.9, 0.8
 

@@ -1,4 +1,4 @@
-"""Every AlgorithmConfig key has an effect (issue 4, point 3: nothing accepted and ignored).
+"""Every AlgorithmConfig key has an effect: no key is accepted and then ignored.
 
 Each case changes exactly one key from a base config and shows that the advantages or the
 loss and its gradient change. A new field without a case (or a RUNTIME_KEYS entry saying
@@ -10,9 +10,7 @@ import dataclasses
 
 import pytest
 import torch
-from algo_rollouts import make_rollout
 
-import embodied_rl  # noqa: F401
 from embodied_rl.algorithms import (
     RunningRewardStats,
     compute_actor_critic_loss,
@@ -23,6 +21,7 @@ from embodied_rl.config.schema.algorithm import (
     AlgorithmConfig,
     algorithm_keys,
 )
+from tests.algo_rollouts import make_rollout
 
 T, N, C, A = 5, 8, 2, 3
 L = C * A

@@ -1,10 +1,9 @@
-"""PPO/value/KL losses and aggregation (issue 4, point 4, plus loss-term semantics)."""
+"""PPO/value/KL losses and their aggregation, plus what each loss term means."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-import embodied_rl  # noqa: F401
 from embodied_rl.algorithms import compute_actor_critic_loss, ppo_clipped_surrogate
 from embodied_rl.algorithms.aggregation import aggregate_loss
 from embodied_rl.algorithms.kl import kl_penalty

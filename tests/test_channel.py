@@ -1,4 +1,4 @@
-"""Channels (acceptance 4): bit-exact shared-memory transfer, backpressure, no leaked segments."""
+"""Channels: bit-exact shared-memory transfer, backpressure, no leaked segments."""
 from __future__ import annotations
 
 import time
@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import ray
 import torch
-from ray_fixtures import ray_session  # noqa: F401
 
 from embodied_rl.distributed import shm
 from embodied_rl.distributed.channel import Channel, ChannelTimeout
@@ -25,7 +24,7 @@ def make_message(seed: int = 0, n: int = 8) -> EnvStepMessage:
         task_descriptions=[f"pick up cube {i}" for i in range(n)],
         wrist_images=rng.integers(0, 256, (n, 64, 64, 3), dtype=np.uint8),
     )
-    return EnvStepMessage(env_rank=1, stage=0, step=3, obs=obs, active=rng.random(n) > 0.5,
+    return EnvStepMessage(env_rank=1, stage=0, step=3, obs=obs, truncations=rng.random((n, 8)) > 0.5,
                           rewards=rng.standard_normal((n, 8)).astype(np.float32),
                           dones=rng.random((n, 8)) > 0.9)
 
@@ -35,7 +34,7 @@ def assert_same(a: EnvStepMessage, b: EnvStepMessage) -> None:
         x, y = getattr(a.obs, name), getattr(b.obs, name)
         assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
     assert a.obs.task_descriptions == b.obs.task_descriptions
-    for name in ("active", "rewards", "dones"):
+    for name in ("truncations", "rewards", "dones"):
         assert getattr(a, name).tobytes() == getattr(b, name).tobytes()
     assert (a.env_rank, a.stage, a.step, a.final_obs) == (b.env_rank, b.stage, b.step, b.final_obs)
 

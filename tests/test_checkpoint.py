@@ -13,18 +13,10 @@ import random
 import numpy as np
 import pytest
 import torch
-from actor_fixtures import (  # noqa: F401
-    ActorGroup,
-    actor_config,
-    actor_hosts,
-    make_rollout_batch,
-    make_tiny_model,
-)
-from ray_fixtures import ray_session  # noqa: F401
 
+from embodied_rl.errors import CheckpointError
 from embodied_rl.models import build_policy
 from embodied_rl.runtime.checkpoint import (
-    CheckpointError,
     actor_dir,
     checkpoint_writer,
     export_policy,
@@ -32,6 +24,12 @@ from embodied_rl.runtime.checkpoint import (
     load_runner_state,
     resolve_resume_dir,
     write_runner_state,
+)
+from tests.actor_fixtures import (
+    ActorGroup,
+    actor_config,
+    make_rollout_batch,
+    make_tiny_model,
 )
 
 
@@ -56,7 +54,7 @@ def setup(tmp_path_factory):
     return cfg, make_rollout_batch(cfg, seed=1), make_rollout_batch(cfg, seed=2)
 
 
-def test_resume_is_bit_exact(actor_hosts, setup, tmp_path):  # noqa: F811
+def test_resume_is_bit_exact(actor_hosts, setup, tmp_path):
     cfg, batch1, batch2 = setup
     rank_draw = lambda w: torch.rand(4)
     with ActorGroup(actor_hosts, cfg, 2) as a:

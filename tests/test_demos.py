@@ -91,7 +91,7 @@ def test_generated_demos_read_back(demo_dir, cfg):
 
 @pytest.mark.slow
 def test_open_loop_replay_from_reset_ids_reproduces_success(demo_dir, recorder, cfg):
-    """Acceptance: each stored episode's policy actions, replayed open-loop from its reset id through
+    """Each stored episode's policy actions, replayed open-loop from its reset id through
     the action adapter and the sub-env class the RL env pool runs, succeed at the last step, and
     every observation the env shows equals the stored one byte for byte."""
     env, adapter = recorder.sub_env, ActionAdapter(cfg.env.train.action_adapter, 7)

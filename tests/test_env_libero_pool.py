@@ -8,14 +8,13 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-import embodied_rl  # noqa: F401
 from embodied_rl.config.schema.env import ActionAdapterConfig, EnvConfig, GripperConfig
 from embodied_rl.configure import load_config
 from embodied_rl.envs import make_env
 from embodied_rl.envs.libero.params import LiberoParams
 from embodied_rl.envs.libero.sub_env import LiberoSubEnv
 from embodied_rl.envs.libero.suites import suite_tasks
-from embodied_rl.envs.pooled import SubprocBackend
+from embodied_rl.envs.subproc_backend import SubprocBackend
 from embodied_rl.envs.vector_env import ChunkedVectorEnv
 from embodied_rl.errors import ConfigError
 

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import embodied_rl  # noqa: F401  (compat shim before torch-using imports)
 from embodied_rl.config.loader import ENV_CONFIG_DIR, find_env_config, read_yaml
 from embodied_rl.envs.libero import setup as libero_setup
 from embodied_rl.envs.libero.observation import orient, proprio, quat_to_axis_angle

@@ -4,7 +4,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import embodied_rl  # noqa: F401
 from embodied_rl.envs.libero.observation import NOOP_ACTION, convert
 from embodied_rl.envs.libero.params import LiberoParams
 from embodied_rl.envs.libero.sub_env import LiberoSubEnv

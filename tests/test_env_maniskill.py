@@ -217,7 +217,7 @@ def test_killed_subprocess_is_restarted_and_episode_fails(holder, caplog):
     victim, rid = pool.pids()[1], int(env.reset_ids[1])
     env.chunk_step(random_chunk(2))
     os.kill(victim, signal.SIGKILL)
-    with caplog.at_level(logging.WARNING, logger="embodied_rl.envs.subproc"):
+    with caplog.at_level(logging.WARNING, logger="embodied_rl.envs.subproc_pool"):
         res = env.chunk_step(random_chunk(3))
     assert f"sub-env 1 (task PickCube-v1, reset id {rid}) failed" in caplog.text
     assert res.terminations[1, 0] and not res.active_mask[1, 1:].any()
@@ -237,7 +237,7 @@ def test_hung_subprocess_times_out_and_is_restarted(holder, caplog):
     pool.options = dataclasses.replace(pool.options, step_timeout_s=2.0)
     os.kill(victim, signal.SIGSTOP)  # a real hang: the process stops answering
     try:
-        with caplog.at_level(logging.WARNING, logger="embodied_rl.envs.subproc"):
+        with caplog.at_level(logging.WARNING, logger="embodied_rl.envs.subproc_pool"):
             res = env.chunk_step(random_chunk(2))
     finally:
         pool.options = dataclasses.replace(pool.options, step_timeout_s=SubprocConfig().step_timeout_s)

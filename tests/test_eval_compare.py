@@ -10,10 +10,10 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_runs import run_cli
 
 from embodied_rl.envs.reset_split import EVAL_SEEDS_START
 from embodied_rl.evaluation.intervals import format_rate, mcnemar_exact, wilson_interval
+from tests.cli_runs import run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.maniskill]
 

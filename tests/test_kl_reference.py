@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-import embodied_rl  # noqa: F401
-from embodied_rl.cli.make_model import make_model_main
 from embodied_rl.config.schema.model import ModelConfig
 from embodied_rl.models import build_policy
+from embodied_rl.models.create import create_model
 from embodied_rl.models.reference import KLReference, build_kl_reference
 from embodied_rl.types import EnvObservation
 
@@ -23,7 +22,7 @@ ATOL = 1e-5  # fp32
 def tiny(tmp_path_factory):
     """The tiny model as an SFT checkpoint: no value head, no proprio projector."""
     made = tmp_path_factory.mktemp("tiny") / "made"
-    assert make_model_main(["tiny", str(made), "--image-size", "56"]) == 0
+    create_model("tiny", str(made), image_size=56)
     out = made.parent / "sft"
     build_policy(ModelConfig(model_path=str(made), add_value_head=False)).save_checkpoint(out)
     return out

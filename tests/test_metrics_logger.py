@@ -7,9 +7,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from wandb_support import wandb_records
 
 from embodied_rl.runtime.metrics_logger import METRICS_FILE, MetricsLogger, wandb_mode
+from tests.wandb_support import wandb_records
 
 
 def _cfg(*backends: str) -> SimpleNamespace:

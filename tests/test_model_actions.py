@@ -1,4 +1,4 @@
-"""Acceptance 3 and 4: action tokens, un-normalisation, log-probs, greedy decoding, entropy."""
+"""Action tokens, un-normalisation, log-probs, greedy decoding, entropy."""
 from __future__ import annotations
 
 import json
@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-import embodied_rl  # noqa: F401
-from embodied_rl.cli.make_model import make_model_main
 from embodied_rl.config.schema.model import ModelConfig
 from embodied_rl.errors import UserError
 from embodied_rl.models import build_policy
+from embodied_rl.models.create import create_model
 from embodied_rl.models.openvla_oft import sampling as S
 from embodied_rl.models.openvla_oft.actions import (
     ActionTokenizer,
@@ -82,7 +81,7 @@ def test_sampling_functions():
 @pytest.fixture(scope="module")
 def policy(tmp_path_factory):
     out = tmp_path_factory.mktemp("tiny") / "m"
-    assert make_model_main(["tiny", str(out), "--image-size", "56", "--num-images", "1"]) == 0
+    create_model("tiny", str(out), image_size=56, num_images=1)
     return build_policy(ModelConfig(model_path=str(out), add_value_head=True, value_type="chunk_level"))
 
 

@@ -1,4 +1,4 @@
-"""Acceptance 5: checkpoints in the official HF layout; save -> load is bit-exact; clear errors."""
+"""Checkpoints in the official HF layout; save -> load is bit-exact; clear errors."""
 from __future__ import annotations
 
 import json
@@ -11,12 +11,10 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
-import embodied_rl  # noqa: F401
-from embodied_rl.cli.make_model import make_model_main
 from embodied_rl.config.schema.model import ModelConfig
-from embodied_rl.errors import UserError
+from embodied_rl.errors import CheckpointError, UserError
 from embodied_rl.models import build_policy
-from embodied_rl.models.openvla_oft.arch_config import CheckpointError
+from embodied_rl.models.create import create_model
 from embodied_rl.models.openvla_oft.checkpoint import read_state_dict, write_state_dict
 from embodied_rl.models.openvla_oft.tiny_tokenizer import build_tiny_tokenizer
 from embodied_rl.types import EnvObservation
@@ -179,7 +177,7 @@ def test_checkpoint_errors_are_one_line(tmp_path):
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("tiny") / "m"
-    assert make_model_main(["tiny", str(out), "--image-size", str(IMG)]) == 0
+    create_model("tiny", str(out), image_size=IMG)
     return out
 
 

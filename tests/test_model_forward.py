@@ -1,4 +1,4 @@
-"""Acceptance 1 (forward + backward, where gradients go) and the FSDP2 wrap of the policy."""
+"""Forward and backward of the policy (where gradients go) and its FSDP2 wrap."""
 from __future__ import annotations
 
 import socket
@@ -7,10 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-import embodied_rl  # noqa: F401  (torchvision shim before timm)
-from embodied_rl.cli.make_model import make_model_main
 from embodied_rl.config.schema.model import ModelConfig
 from embodied_rl.models import build_policy
+from embodied_rl.models.create import create_model
 from embodied_rl.types import EnvObservation
 
 IMG = 56
@@ -19,7 +18,7 @@ IMG = 56
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory) -> str:
     out = tmp_path_factory.mktemp("tiny") / "m"
-    assert make_model_main(["tiny", str(out), "--image-size", str(IMG), "--num-images", "2"]) == 0
+    create_model("tiny", str(out), image_size=IMG, num_images=2)
     return str(out)
 
 

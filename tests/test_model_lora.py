@@ -1,4 +1,4 @@
-"""Acceptance 6: LoRA adapters through peft, merge-and-export, weight-sync state dicts."""
+"""LoRA adapters through peft, merge-and-export, weight-sync state dicts."""
 from __future__ import annotations
 
 import json
@@ -7,18 +7,17 @@ import numpy as np
 import pytest
 import torch
 
-import embodied_rl  # noqa: F401
-from embodied_rl.cli.make_model import make_model_main
 from embodied_rl.config.schema.model import ModelConfig
 from embodied_rl.errors import UserError
 from embodied_rl.models import build_policy
+from embodied_rl.models.create import create_model
 from embodied_rl.types import EnvObservation
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     out = tmp_path_factory.mktemp("tiny") / "m"
-    assert make_model_main(["tiny", str(out), "--image-size", "56"]) == 0
+    create_model("tiny", str(out), image_size=56)
     return out
 
 

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-import embodied_rl  # noqa: F401
 from embodied_rl.cli.make_model import make_model_main
 from embodied_rl.config.schema.model import ModelConfig
 from embodied_rl.errors import ConfigError, UserError

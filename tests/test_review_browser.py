@@ -1,19 +1,19 @@
 """Review page in real headless Chromium (Debian's), served by the real CLI process, plus the
-static export opened from file:// (issue 7, acceptance 1, 3 and 4)."""
+static export opened from file://."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from browser_support import (
+
+from embodied_rl.evaluation.intervals import wilson_interval
+from tests.browser_support import (
     launch_chromium,
     make_fixture_run,
     make_scored_run,
     start_cli_server,
     stop,
 )
-
-from embodied_rl.evaluation.intervals import wilson_interval
 
 pytestmark = pytest.mark.browser
 
@@ -68,7 +68,7 @@ def _outcomes(page) -> list[str]:
 def test_page_filters_plays_compares(browser, server, tmp_path):
     page, errors = _open(browser, server)
     assert len(_listed_ids(page)) == EPISODES + 2
-    # Acceptance 4: the videos with a missing / corrupt sidecar are listed with a visible warning.
+    # The videos with a missing / corrupt sidecar are listed with a visible warning.
     warnings = page.locator("#episode-table .warn-row .warning")
     texts = " | ".join(warnings.all_inner_texts())
     assert "no_sidecar.json is missing" in texts and "corrupt_sidecar.json is corrupt JSON" in texts

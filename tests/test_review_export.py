@@ -6,12 +6,12 @@ import os
 from pathlib import Path
 
 import pytest
-from browser_support import make_run_with_escape_links
 
 from embodied_rl.errors import UserError
 from embodied_rl.review.catalog import discover_runs
 from embodied_rl.review.cli import main
 from embodied_rl.review.export import export_static
+from tests.browser_support import make_run_with_escape_links
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """Review server over HTTP against the real CLI process: path safety, read-only, ranges, bind
-address, catalog (issue 7, acceptance 2 and 4)."""
+address, catalog."""
 from __future__ import annotations
 
 import http.client
@@ -9,9 +9,9 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
-from browser_support import make_run_with_escape_links, start_cli_server, stop
 
 from embodied_rl.review.cli import build_parser, main
+from tests.browser_support import make_run_with_escape_links, start_cli_server, stop
 
 VIDEO = "/files/0/video/train/step_000001/worker0_stage0.mp4"
 

@@ -1,12 +1,13 @@
-"""End-to-end runs of the real system through the CLI (issue 5, acceptance 1-3).
+"""End-to-end runs of the real system through the CLI: train, exact resume, eval-only.
 
 Real ManiSkill (CPU render, 64 px), the real tiny OpenVLA-OFT, real Ray workers and a real
 FSDP2 actor over gloo: 2 env workers x 2 envs, 1 rollout worker, actor world size 2,
 pipeline_stage_num 2. Three runs share one tiny model:
-  A: 2 PPO steps (checkpoint every step)          -> acceptance 1
+  A: 2 PPO steps (checkpoint every step)          -> metrics, checkpoints and videos written
   B: resume A's checkpoint, 1 more step            \\
-  C: 3 uninterrupted steps                          -> acceptance 2: B's step 3 == C's step 3
-  D: eval-only from A's checkpoint                  -> acceptance 3; greedy and sampled scorings
+  C: 3 uninterrupted steps                          -> exact resume: B's step 3 == C's step 3
+  D: eval-only from A's checkpoint                  -> success reported, weights never updated;
+                                                       greedy and sampled scorings
   E: eval-only without a checkpoint                 -> D acts differently: runner.ckpt_path matters
   F: eval --compare of A's checkpoint with itself   -> identical paired episodes, b = c = 0, p = 1
 """
@@ -20,7 +21,8 @@ from pathlib import Path
 
 import imageio.v3 as iio
 import pytest
-from cli_runs import (
+
+from tests.cli_runs import (
     MOVED,
     SAME_PICTURE,
     block_diff,

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from cli_runs import read_metrics, run_cli
+
+from tests.cli_runs import read_metrics, run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.maniskill]
 

@@ -1,5 +1,5 @@
-"""Eval-only on two libero_spatial tasks with the tiny preset (issue 6, acceptance 5): real LIBERO,
-real tiny OpenVLA-OFT with two cameras and proprio, through the CLI and the Ray workers."""
+"""Eval-only on two libero_spatial tasks with the tiny preset: real LIBERO, real tiny
+OpenVLA-OFT with two cameras and proprio, through the CLI and the Ray workers."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import imageio.v3 as iio
 import pytest
-from cli_runs import read_metrics, run_cli
+
+from tests.cli_runs import read_metrics, run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.libero]
 

@@ -87,7 +87,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from schema_walk_probes import (
+
+from embodied_rl.config.loader import compose, to_dict
+from embodied_rl.config.schema import RootConfig
+from embodied_rl.errors import ConfigError
+from tests.schema_walk_probes import (
     Leaf,
     Outcome,
     candidates,
@@ -101,11 +105,7 @@ from schema_walk_probes import (
     schema_leaves,
     try_load,
 )
-from wandb_support import wandb_runs
-
-from embodied_rl.config.loader import compose, to_dict
-from embodied_rl.config.schema import RootConfig
-from embodied_rl.errors import ConfigError
+from tests.wandb_support import wandb_runs
 
 pytestmark = [pytest.mark.slow, pytest.mark.maniskill, pytest.mark.libero]
 
@@ -280,10 +280,9 @@ def probe_actor(cfg: RootConfig, path: str) -> Any:
     """One real FSDP2 train step (gloo, world 1, this process) on a real-policy batch, the
     learning rates its scheduler sets for the next step, and the sharded module's state after a
     forward (which parameters stay gathered, on which mesh: the sharding strategy)."""
-    from actor_fixtures import make_rollout_batch
-
     from embodied_rl.workers.actor import fsdp
     from embodied_rl.workers.actor.worker import ActorWorker
+    from tests.actor_fixtures import make_rollout_batch
 
     key = repr((dataclasses.asdict(cfg.actor.model), dataclasses.asdict(cfg.algorithm), cfg.actor.seed))
     if key not in _BATCHES:
@@ -492,9 +491,8 @@ def probe_subproc(cfg: RootConfig, path: str) -> Any:
     context: restarts, failed flags, max_restarts). The SubEnv reports whether a fork server
     started it. Why not ManiSkill: a deadline change rebuilds children, 5-20 s each, up to
     max_restarts times; the env probe still covers ManiSkill with the shipped deadlines."""
-    from schema_walk_subenv import CounterFactory
-
-    from embodied_rl.envs.pooled import SubprocBackend
+    from embodied_rl.envs.subproc_backend import SubprocBackend
+    from tests.schema_walk_subenv import CounterFactory
 
     env_cfg = getattr(cfg.env, path.split(".")[1])
     backend = SubprocBackend(CounterFactory(os.getpid()), 2, options=env_cfg.subproc)
@@ -540,7 +538,7 @@ def _actor_names(cfg: RootConfig, cluster, placement) -> list[str]:
         for component in ("env", "rollout", "actor"):
             started.append(WorkerGroup(Named, cluster, placement, component, namespace=ns,
                                        name=getattr(cfg, component).group_name))
-            started[-1].run("ping", timeout=120)
+            started[-1].ping().wait(120)
         return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == ns)
     finally:
         for group in started:

@@ -12,11 +12,11 @@ import math
 import numpy as np
 import pytest
 import torch
-from cli_runs import read_metrics, run_cli, run_cli_failing
 
 from embodied_rl.algorithms.sft import sft_loss
 from embodied_rl.demos import read_manifest
 from embodied_rl.demos.sft_data import EpochSampler
+from tests.cli_runs import read_metrics, run_cli, run_cli_failing
 
 pytestmark = [pytest.mark.maniskill]
 
@@ -88,7 +88,7 @@ def test_sft_loss_falls_and_the_run_evaluates_like_rl(overfit_run, work) -> None
 
 @pytest.mark.slow
 def test_sft_policy_reproduces_its_demo_closed_loop(overfit_run, work) -> None:
-    """Acceptance: the policy trained by `embodied-rl sft` on one demonstration, exported as a
+    """The policy trained by `embodied-rl sft` on one demonstration, exported as a
     plain model, solves that demo's initial state (its reset id) acting greedily in the env."""
     from embodied_rl.configure import load_config
     from embodied_rl.demos.recorder import DemoRecorder

@@ -14,10 +14,10 @@ import math
 from pathlib import Path
 
 import pytest
-from cli_runs import read_metrics, run_cli
 
 from embodied_rl.config.loader import CONFIG_DIR, available
 from embodied_rl.configure import load_config
+from tests.cli_runs import read_metrics, run_cli
 
 pytestmark = [pytest.mark.slow]
 

@@ -10,15 +10,14 @@ import dataclasses
 
 import pytest
 import torch
-from ray_fixtures import ray_session  # noqa: F401
 
-from embodied_rl.cli.make_model import make_model_main
 from embodied_rl.config.schema.env import EnvConfig
 from embodied_rl.config.schema.model import ModelConfig
 from embodied_rl.distributed.channel import Channel
 from embodied_rl.distributed.worker_group import RayCluster, WorkerError, WorkerGroup
 from embodied_rl.envs.maniskill import ManiSkillParams
 from embodied_rl.envs.reset_split import EVAL_SEEDS_START
+from embodied_rl.models.create import create_model
 from embodied_rl.workers.env_worker import EnvWorker
 from embodied_rl.workers.protocol import (
     ChannelWiring,
@@ -44,12 +43,12 @@ def env_cfg(**kw) -> EnvConfig:
 @pytest.fixture(scope="module")
 def model_cfg(tmp_path_factory) -> ModelConfig:
     out = tmp_path_factory.mktemp("models") / "tiny-oft-64"
-    assert make_model_main(["tiny", str(out), "--image-size", "64", "--seed", "0"]) == 0
+    create_model("tiny", str(out), image_size=64, seed=0)
     return ModelConfig(model_path=str(out), add_value_head=True, value_type="action_level")
 
 
 @pytest.fixture(scope="module")
-def workers(ray_session, model_cfg):  # noqa: F811
+def workers(ray_session, model_cfg):
     cluster = RayCluster(num_cpu_slots=2)
     placement = cluster.placement({"env": "0", "rollout": "1"})
     # One channel per direction, as the runner builds them from env/rollout/actor.channel.
@@ -65,7 +64,7 @@ def workers(ray_session, model_cfg):  # noqa: F811
                      "cold": SamplingSpec(temperature=1e-6)}, "compute_values": True,
         "compute_ref_logprobs": True})
     yield envs, rollouts, wiring
-    envs.run("close")
+    envs.close().wait()
     envs.shutdown()
     rollouts.shutdown()
     for ch in (wiring.obs, wiring.actions, wiring.trajectories):
@@ -74,9 +73,9 @@ def workers(ray_session, model_cfg):  # noqa: F811
 
 
 def run_epoch(envs, rollouts, mode="train", send=False, scoring="greedy", eval_epoch=0, **kw):
-    env_refs = envs.call("interact", T, mode, **kw)
-    out_refs = rollouts.call("generate", T, mode, send=send, scoring=scoring, eval_epoch=eval_epoch)
-    return envs.gather(env_refs, timeout=300)[0], rollouts.gather(out_refs, timeout=300)[0]
+    env_refs = envs.interact(T, mode, **kw)
+    out_refs = rollouts.generate(T, mode, send=send, scoring=scoring, eval_epoch=eval_epoch)
+    return env_refs.wait(300)[0], out_refs.wait(300)[0]
 
 
 def test_rollout_trajectory_has_documented_shapes(workers):
@@ -92,10 +91,9 @@ def test_rollout_trajectory_has_documented_shapes(workers):
     # Before any weight sync the policy is the reference checkpoint: the KL reference agrees.
     assert traj.ref_logprobs.shape == traj.logprobs.shape and torch.equal(traj.ref_logprobs, traj.logprobs)
     assert "ref_logprobs" in traj.to_batch()
-    for name in ("rewards", "terminations", "truncations", "dones"):
+    for name in ("rewards", "truncations", "dones"):
         assert getattr(traj, name).shape == (T, N, C), name
     assert traj.rewards.dtype == torch.float32 and traj.dones.dtype == torch.bool
-    assert traj.active_mask.shape == (T, N) and traj.active_mask[0].all()
     assert traj.values.shape == (T + 1, N, C) and torch.isfinite(traj.values).all()
     assert traj.bootstrap_values.shape == (T, N)
     # Episodes are C*T steps long: every sub-env is truncated at the last step of the last chunk.
@@ -108,18 +106,18 @@ def test_rollout_trajectory_has_documented_shapes(workers):
     assert env_metrics["env/num_trajectories"] == N
     assert env_metrics["time/env/step_s"] > 0 and roll_metrics["time/rollout/infer_s"] > 0
     batch = traj.to_batch()
-    assert batch["old_logprobs"] is traj.logprobs and batch["values"].shape[0] == T + 1
+    assert batch["logprobs"] is traj.logprobs and batch["values"].shape[0] == T + 1
 
 
 def test_eval_mode_fixed_reset_ids_keeps_no_trajectory(workers):
     envs, rollouts, _ = workers
-    envs.run("release", "train")  # at most 2 simulator processes at a time on the test box
-    assert envs.run("get_state") == [{"train": [0, 0]}]  # one train epoch per stage, kept on release
-    envs.run("set_state", {"train": [4, 4]})
-    assert envs.run("get_state") == [{"train": [4, 4]}]
+    envs.release("train").wait()  # at most 2 simulator processes at a time on the test box
+    assert envs.get_state().wait() == [{"train": [0, 0]}]  # one train epoch per stage, kept on release
+    envs.set_state({"train": [4, 4]}).wait()
+    assert envs.get_state().wait() == [{"train": [4, 4]}]
     env_metrics, (traj, _) = run_epoch(envs, rollouts, "eval", reset_ids=[EVAL_SEEDS_START + 5, EVAL_SEEDS_START + 7])
     assert traj is None and env_metrics["env/num_trajectories"] == N  # truncated at T*C steps
-    assert envs.run("get_state") == [{"train": [4, 4], "eval": [0, 0]}]
+    assert envs.get_state().wait() == [{"train": [4, 4], "eval": [0, 0]}]
 
 
 def test_eval_scorings_share_states_and_sampling_is_seeded(workers):
@@ -127,13 +125,13 @@ def test_eval_scorings_share_states_and_sampling_is_seeded(workers):
     dense returns do), are the same again for the same eval epoch (seeded per epoch, not by the
     training stream) and differ for another; at a vanishing temperature sampling is argmax."""
     envs, rollouts, _ = workers
-    envs.run("release", "train")
-    train_rng = rollouts.run("get_rng_state")[0]
+    envs.release("train").wait()
+    train_rng = rollouts.get_rng_state().wait()[0]
 
     def scored(scoring: str, epoch: int = 0, repeat: bool = True):
         metrics, _ = run_epoch(envs, rollouts, "eval", scoring=scoring, eval_epoch=epoch, repeat_states=repeat,
                                reset_ids=[EVAL_SEEDS_START + 11, EVAL_SEEDS_START + 13])
-        (episodes,) = envs.run("last_episodes")
+        (episodes,) = envs.last_episodes().wait()
         return metrics, episodes
 
     greedy, greedy_eps = scored("greedy", repeat=False)
@@ -150,9 +148,9 @@ def test_eval_scorings_share_states_and_sampling_is_seeded(workers):
     assert again_eps == sampled_eps and again["env/return"] == sampled["env/return"]
     assert other["env/return"] != sampled["env/return"]
     assert [e.episode_return for e in cold_eps] == [e.episode_return for e in greedy_eps]
-    assert torch.equal(rollouts.run("get_rng_state")[0], train_rng)  # evaluations never draw from the training stream
+    assert torch.equal(rollouts.get_rng_state().wait()[0], train_rng)  # evaluations never draw from the training stream
     with pytest.raises(WorkerError, match="no sampling spec 'bogus'"):
-        rollouts.run("generate", 1, "eval", scoring="bogus")
+        rollouts.generate(1, "eval", scoring="bogus").wait()
 
 
 def test_weight_versions_must_increase(workers, model_cfg):
@@ -160,15 +158,15 @@ def test_weight_versions_must_increase(workers, model_cfg):
     from embodied_rl.models import build_policy
 
     sd = build_policy(model_cfg).trainable_state_dict()
-    assert rollouts.run("update_weights", sd, 1) == [1]
+    assert rollouts.update_weights(sd, 1).wait() == [1]
     with pytest.raises(WorkerError, match="stale or duplicate"):
-        rollouts.run("update_weights", sd, 1)
+        rollouts.update_weights(sd, 1).wait()
 
 
 def test_worker_error_names_group_and_rank(workers):
     envs = workers[0]
     with pytest.raises(WorkerError, match="^EnvWorker rank 0 failed: ValueError: EnvWorker has no 'bogus' env config"):
-        envs.run("interact", 1, "bogus")
+        envs.interact(1, "bogus").wait()
 
 
 def test_trajectory_orders_envs_by_env_rank_then_stage():
@@ -182,7 +180,7 @@ def test_trajectory_orders_envs_by_env_rank_then_stage():
     for s in range(stages):
         ids = torch.tensor([e * stages * n + s * n + i for e in range(k) for i in range(n)], dtype=torch.float32)
         step = {key: [ids.clone() for _ in range(steps)] for key in
-                ("action_tokens", "logprobs", "rewards", "terminations", "truncations", "dones", "active_mask",
+                ("action_tokens", "logprobs", "rewards", "truncations", "dones",
                  "values", "bootstrap_values")}
         step["last_values"] = [ids.clone()]
         step["forward_inputs"] = [{"pixel_values": ids.clone()} for _ in range(steps)]

@@ -13,7 +13,7 @@ batch keys (tensors):
                     or 1 (chunk_level); bi_level_gae also takes K = L; row T bootstraps the
                     episode still running after the last chunk. Needed by gae, bi_level_gae.
   loss_mask         bool  [T, N] or [T, N, C]  optional; else pass auto_reset= to build it
-  old_logprobs      float [T, N, L]  rollout log-probs (gives L when action_dim is not passed)
+  logprobs          float [T, N, L]  rollout log-probs (gives L when action_dim is not passed)
   ref_logprobs      float [T, N, L]  reference log-probs, for kl_beta > 0
 Order: reward_norm -> reward_clip -> KL shaping -> truncation bootstrap -> estimator ->
 normalize_advantages -> advantage_clip.
@@ -130,9 +130,9 @@ def _bi_level_gae(cfg: AlgorithmConfig, steps: RewardSteps) -> EstimatorOutput:
 def _num_tokens(batch: dict[str, Tensor], num_actions: int, action_dim: int | None) -> int:
     if action_dim is not None:
         return num_actions * action_dim
-    if "old_logprobs" in batch:
-        return int(batch["old_logprobs"].shape[-1])
-    raise ValueError("compute_advantages needs action_dim= or batch['old_logprobs'] [T, N, C*A] to know the tokens per chunk")
+    if "logprobs" in batch:
+        return int(batch["logprobs"].shape[-1])
+    raise ValueError("compute_advantages needs action_dim= or batch['logprobs'] [T, N, C*A] to know the tokens per chunk")
 
 
 def _step_mask(batch: dict[str, Tensor], auto_reset: bool | None) -> Tensor:
@@ -146,7 +146,7 @@ def _step_mask(batch: dict[str, Tensor], auto_reset: bool | None) -> Tensor:
 
 
 def _kl_per_step(cfg: AlgorithmConfig, batch: dict[str, Tensor], num_tokens: int, num_actions: int) -> Tensor:
-    keys = ("old_logprobs", "ref_logprobs")
+    keys = ("logprobs", "ref_logprobs")
     missing = [k for k in keys if k not in batch]
     if missing:
         raise ValueError(f"algorithm.kl_beta > 0 with kl_penalty={cfg.kl_penalty} needs batch keys {missing}")

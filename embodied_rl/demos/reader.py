@@ -92,9 +92,9 @@ def _expectations(cfg) -> dict:
     params = cfg.env.train.init_params
     params = params if isinstance(params, ManiSkillParams) else ManiSkillParams(**params)
     model = cfg.actor.model
-    return dict(chunk_len=model.num_action_chunks, action_dim=model.action_dim, task_id=params.id,
-                image_size=(params.camera_heights, params.camera_widths), control_mode=params.control_mode,
-                state_dim=model.proprio_dim if model.use_proprio else None)
+    return {"chunk_len": model.num_action_chunks, "action_dim": model.action_dim, "task_id": params.id,
+            "image_size": (params.camera_heights, params.camera_widths), "control_mode": params.control_mode,
+            "state_dim": model.proprio_dim if model.use_proprio else None}
 
 
 def check_demos_for(cfg, path: str | Path) -> DemoManifest:
@@ -115,6 +115,11 @@ class _Episode:
     actions: np.ndarray
 
 
+def _camera(group, camera: str, length: int, images: bool) -> np.ndarray:
+    """uint8 [length, H, W, 3] of one camera of an episode group; [length, 0, 0, 3] without images."""
+    return group[f"obs/sensor_data/{camera}/rgb"][:length] if images else np.zeros((length, 0, 0, 3), np.uint8)
+
+
 def _read_episodes(file: Path, manifest: DemoManifest, images: bool = True) -> list[_Episode]:
     import h5py
 
@@ -128,12 +133,9 @@ def _read_episodes(file: Path, manifest: DemoManifest, images: bool = True) -> l
                 if name not in h5:
                     raise DemoError(f"{file}: {name} is missing (the manifest lists {manifest.num_demos} episodes)")
                 g = h5[name]
-                def camera(name: str) -> np.ndarray:
-                    return g[f"obs/sensor_data/{name}/rgb"][:t] if images else np.zeros((t, 0, 0, 3), np.uint8)
-
                 ep = _Episode(
-                    main=camera(main_cam),
-                    wrist=camera(wrist_cam) if wrist_cam else None,
+                    main=_camera(g, main_cam, t, images),
+                    wrist=_camera(g, wrist_cam, t, images) if wrist_cam else None,
                     states=g["obs/state"][:t],
                     actions=g["policy_actions"][:],
                 )

@@ -8,6 +8,7 @@ and actor all on slot 0 of a 2-core box).
 """
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -112,10 +113,93 @@ class RayCluster:
             ray.shutdown()
 
 
+def gather_ranks(refs: Sequence[ray.ObjectRef], name: str, timeout: float | None = None,
+                 grace_s: float = 30.0) -> list[Any]:
+    """Results of one call on every rank, in rank order.
+
+    A rank's UserError (a config problem) surfaces as itself. Any other failure is a WorkerError
+    that reports every rank: the first error is often a symptom (a peer closed the gloo
+    connection) while the cause sits on a rank still running or dying, so after a failure the
+    other ranks get `grace_s` seconds to finish or fail too."""
+    refs = list(refs)
+    pending, deadline, failed = refs, None if timeout is None else time.monotonic() + timeout, False
+    while pending:
+        wait_s = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready, pending = ray.wait(pending, num_returns=1, timeout=wait_s)
+        if not ready:
+            break
+        try:
+            ray.get(ready[0])
+        except ray.exceptions.RayError:
+            if not failed:
+                failed, grace_end = True, time.monotonic() + grace_s
+                deadline = grace_end if deadline is None else min(deadline, grace_end)
+    if pending and not failed:
+        raise WorkerError(f"{name}: {len(pending)} of {len(refs)} workers did not finish within {timeout} s")
+    if not failed:
+        return ray.get(refs)
+    reports, first = [], None
+    for rank, ref in enumerate(refs):
+        if ref in pending:
+            reports.append(f"rank {rank} still running {grace_s:.0f} s after the failure (blocked in a collective?)")
+            continue
+        try:
+            ray.get(ref)
+        except ray.exceptions.RayTaskError as err:
+            cause = getattr(err, "cause", None)
+            if isinstance(cause, UserError):
+                raise cause from err  # config problems surface as the one-line user error
+            first = first or err
+            reports.append(f"rank {rank} failed: {type(cause).__name__}: {cause}")
+        except ray.exceptions.RayError as err:  # actor died, object lost, ...
+            first = first or err
+            reports.append(f"rank {rank} failed: {type(err).__name__}: {err}")
+    raise WorkerError(f"{name} " + "; ".join(reports)) from first
+
+
+class GroupCall:
+    """One method call on every rank of a group: the futures, and `wait()` for the results."""
+
+    def __init__(self, group: WorkerGroup, refs: list[ray.ObjectRef]) -> None:
+        self.group, self.refs = group, refs
+
+    def wait(self, timeout: float | None = None) -> list[Any]:
+        """Results in rank order; an error names the group, rank and cause (`WorkerGroup.gather`)."""
+        return self.group.gather(self.refs, timeout)
+
+
+class GroupMethod:
+    """`group.<method>` of the workers' class: `group.train_step(batch)` calls it on every rank with
+    the same arguments, `group.set_state.each(per_rank_args)` with one argument tuple per rank. The
+    arguments are checked against the method's signature here, before anything is sent."""
+
+    def __init__(self, group: WorkerGroup, name: str, signature: inspect.Signature) -> None:
+        self.group, self.name, self.signature = group, name, signature
+
+    def _check(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        try:
+            self.signature.bind(None, *args, **kwargs)  # None stands for self
+        except TypeError as err:
+            raise TypeError(f"{self.group.name}.{self.name}{self.signature}: {err}") from None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> GroupCall:
+        self._check(args, kwargs)
+        return GroupCall(self.group, [getattr(w, self.name).remote(*args, **kwargs) for w in self.group.workers])
+
+    def each(self, per_rank_args: Sequence[Sequence[Any]]) -> GroupCall:
+        if len(per_rank_args) != self.group.world_size:
+            raise ValueError(f"{self.group.name}.{self.name}: {len(per_rank_args)} argument tuples for "
+                             f"{self.group.world_size} workers")
+        for args in per_rank_args:
+            self._check(args, {})
+        return GroupCall(self.group, [getattr(w, self.name).remote(*a) for w, a in zip(self.group.workers, per_rank_args)])
+
+
 class WorkerGroup:
     """N Ray actors of one class, one per process of a placed component.
 
     Each actor is built with `cls(*args, rank=r, world_size=N, **kwargs, **rank_kwargs(r))`.
+    The workers' public methods are the group's: `group.method(...)` returns a `GroupCall`.
     """
 
     def __init__(
@@ -135,6 +219,7 @@ class WorkerGroup:
         """`name`: the group's name; with `namespace`, actor r is the named Ray actor
         `<name>_<r>` there (what `ray list actors` and the dashboard show)."""
         where = placement[component]
+        self.cls = cls
         self.name = name or cls.__name__
         self.world_size = where.num_processes
         remote_cls = ray.remote(cls)
@@ -157,37 +242,15 @@ class WorkerGroup:
     def __len__(self) -> int:
         return self.world_size
 
-    def call(self, method: str, *args: Any, **kwargs: Any) -> list[ray.ObjectRef]:
-        """Call `method` with the same arguments on every worker; returns one future per rank."""
-        return [getattr(w, method).remote(*args, **kwargs) for w in self.workers]
-
-    def call_each(self, method: str, per_rank_args: Sequence[Sequence[Any]]) -> list[ray.ObjectRef]:
-        """Call `method` on worker r with `per_rank_args[r]`."""
-        if len(per_rank_args) != self.world_size:
-            raise ValueError(f"{self.name}.{method}: {len(per_rank_args)} argument tuples for {self.world_size} workers")
-        return [getattr(w, method).remote(*a) for w, a in zip(self.workers, per_rank_args)]
+    def __getattr__(self, method: str) -> GroupMethod:
+        fn = None if method.startswith("_") else getattr(self.__dict__.get("cls"), method, None)
+        if not callable(fn):
+            raise AttributeError(f"{type(self).__name__} of {self.__dict__.get('name')}: its workers have no public method {method!r}")  # noqa: TRY004 - getattr protocol
+        return GroupMethod(self, method, inspect.signature(fn))
 
     def gather(self, refs: Sequence[ray.ObjectRef], timeout: float | None = None) -> list[Any]:
-        """Results of `refs` in rank order; an error names the group, rank and cause."""
-        _, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
-        if pending:
-            raise WorkerError(f"{self.name}: {len(pending)} of {len(refs)} workers did not finish within {timeout} s")
-        out = []
-        for rank, ref in enumerate(refs):
-            try:
-                out.append(ray.get(ref))
-            except ray.exceptions.RayTaskError as err:
-                cause = getattr(err, "cause", None)
-                if isinstance(cause, UserError):
-                    raise cause from err  # config problems surface as the one-line user error
-                raise WorkerError(f"{self.name} rank {rank} failed: {type(cause).__name__}: {cause}") from err
-            except ray.exceptions.RayError as err:  # actor died, object lost, ...
-                raise WorkerError(f"{self.name} rank {rank} failed: {type(err).__name__}: {err}") from err
-        return out
-
-    def run(self, method: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> list[Any]:
-        """call + gather."""
-        return self.gather(self.call(method, *args, **kwargs), timeout)
+        """Results of `refs` in rank order (`gather_ranks`)."""
+        return gather_ranks(refs, self.name, timeout)
 
     def shutdown(self) -> None:
         for w in self.workers:

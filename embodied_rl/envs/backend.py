@@ -41,7 +41,7 @@ class SubEnv(ABC):
     Observation dicts carry: "main_image" uint8 [H, W, 3] (upright), optional
     "wrist_image" uint8 [H, W, 3], "state" float32 [D]. Simulators with one process per
     sub-env (ManiSkill CPU sim, LIBERO) implement this and run inside the shared
-    subprocess pool (envs/subproc.py), which handles crashes, hangs and restarts.
+    subprocess pool (envs/subproc_pool.py), which handles crashes, hangs and restarts.
     """
 
     #: controller action dimension, reported to the pool (set it in __init__ or as a class attribute)
@@ -69,7 +69,7 @@ class SimulatorBackend(ABC):
     Construction (what `make_env` calls): `cls(cfg, params, num_envs, seed=seed)` with the
     full `EnvConfig`, its `init_params` parsed into `params_cls`, and the simulator seed.
     Backends whose sub-envs are one process each should subclass `SubprocBackend`
-    (envs/pooled.py) and only provide a picklable `SubEnv` factory.
+    (envs/subproc_backend.py) and only provide a picklable `SubEnv` factory.
     """
 
     #: dataclass of this simulator's `init_params` section (validated by the config loader)

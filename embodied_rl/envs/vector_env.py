@@ -43,24 +43,6 @@ from embodied_rl.types import ChunkStepResult, EnvObservation, EpisodeSummary
 FIXED_EPOCH = 0
 
 
-def _set_rows(dst: EnvObservation, rows: np.ndarray, src: EnvObservation) -> None:
-    """dst[rows] = src (src holds exactly those rows, in order)."""
-    dst.main_images[rows] = src.main_images
-    dst.states[rows] = src.states
-    if dst.wrist_images is not None and src.wrist_images is not None:
-        dst.wrist_images[rows] = src.wrist_images
-    for k, r in enumerate(rows):
-        dst.task_descriptions[int(r)] = src.task_descriptions[k]
-
-
-def _copy_obs(obs: EnvObservation) -> EnvObservation:
-    return EnvObservation(
-        main_images=obs.main_images.copy(), states=obs.states.copy(),
-        task_descriptions=list(obs.task_descriptions),
-        wrist_images=None if obs.wrist_images is None else obs.wrist_images.copy(),
-    )
-
-
 class ChunkedVectorEnv:
     """N sub-envs of one backend stepped in action chunks [N, C, A] (policy action space)."""
 
@@ -250,7 +232,7 @@ class ChunkedVectorEnv:
             ended = np.array(sorted(final_rows), np.int64)
             self._episode_k[ended] += 1
             ids = np.array([self.draw_reset_id(int(i), int(self._episode_k[i])) for i in ended], np.int64)
-            _set_rows(obs, ended, self.backend.reset(ended, ids))
+            obs.set_rows(ended, self.backend.reset(ended, ids))
             self._start_episodes(ended, ids)
             self._active[ended] = True
             if self.recorder is not None and self.recorder.recording:  # the new episodes' first frame
@@ -267,7 +249,7 @@ class ChunkedVectorEnv:
     def _final_obs(obs: EnvObservation, rows: dict[int, tuple]) -> EnvObservation | None:
         if not rows:
             return None
-        final = _copy_obs(obs)
+        final = obs.copy()
         for i, (main, state, wrist) in rows.items():
             final.main_images[i], final.states[i] = main, state
             if wrist is not None and final.wrist_images is not None:

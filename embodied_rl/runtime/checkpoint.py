@@ -39,17 +39,13 @@ from typing import Any
 import torch
 
 from embodied_rl.distributed.rng import capture_rng_state, restore_rng_state
-from embodied_rl.errors import UserError
+from embodied_rl.errors import CheckpointError
 from embodied_rl.workers.actor import WEIGHTS_FILE as ACTOR_WEIGHTS
 
 FORMAT = 1
 CKPT_DIR, LATEST, META, CONFIG, RUNNER_STATE, ACTOR_DIR = "checkpoints", "latest", "meta.json", "config.yaml", "runner_state.pt", "actor"
 #: The policy's normalisation statistics when the run replaced the model's (SFT), official format.
 STATISTICS = "dataset_statistics.json"
-
-
-class CheckpointError(UserError):
-    """A checkpoint path that cannot be resumed from."""
 
 
 def step_dir_name(global_step: int) -> str:

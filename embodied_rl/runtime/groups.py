@@ -65,24 +65,24 @@ def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs
         rollout = WorkerGroup(
             _rollout_cls(), cluster, placement, "rollout", name=cfg.rollout.group_name, **named,
             args=(rollout_model, wiring),
-            kwargs=dict(num_env_workers=n_env, pipeline_stage_num=cfg.rollout.pipeline_stage_num,
-                        sampling=sampling_specs(cfg), compute_values=cfg.algorithm.uses_critic,
-                        enable_offload=cfg.rollout.enable_offload, seed=cfg.runner.seed,
-                        compute_ref_logprobs=needs_reference(cfg)),
+            kwargs={"num_env_workers": n_env, "pipeline_stage_num": cfg.rollout.pipeline_stage_num,
+                    "sampling": sampling_specs(cfg), "compute_values": cfg.algorithm.uses_critic,
+                    "enable_offload": cfg.rollout.enable_offload, "seed": cfg.runner.seed,
+                    "compute_ref_logprobs": needs_reference(cfg)},
         )
-        rollout.run("get_rng_state", timeout=SETUP_TIMEOUT_S)  # barrier: consumers registered
+        rollout.get_rng_state().wait(SETUP_TIMEOUT_S)  # barrier: consumers registered
         env_cfgs = {mode: getattr(cfg.env, mode) for mode in used_modes(cfg)}
         env = WorkerGroup(
             _env_cls(), cluster, placement, "env", name=cfg.env.group_name, **named,
             args=(env_cfgs, wiring),
-            kwargs=dict(num_rollout_workers=n_rollout, pipeline_stage_num=cfg.rollout.pipeline_stage_num,
-                        video_dirs=video_dirs, run_name=run_name),
+            kwargs={"num_rollout_workers": n_rollout, "pipeline_stage_num": cfg.rollout.pipeline_stage_num,
+                    "video_dirs": video_dirs, "run_name": run_name},
         )
         actor = None
         if with_actor:
             actor = WorkerGroup(_actor_cls(), cluster, placement, "actor", name=cfg.actor.group_name, args=(cfg,), **named)
             addr, port = ray.get(actor.workers[0].get_master_address.remote())
-            actor.run("setup", addr, port, timeout=SETUP_TIMEOUT_S)
+            actor.setup(addr, port).wait(SETUP_TIMEOUT_S)
         return Groups(cluster, wiring, env, rollout, actor)
     except BaseException:
         cluster.shutdown()

@@ -25,9 +25,8 @@ import logging
 import math
 import signal
 import threading
-import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import ray
 
@@ -47,7 +46,9 @@ from embodied_rl.evaluation.provenance import write_environment
 from embodied_rl.runtime import checkpoint as ckpt
 from embodied_rl.runtime.groups import Groups, build_groups
 from embodied_rl.runtime.metrics_logger import MetricsLogger
+from embodied_rl.timing import Timer
 from embodied_rl.types import EpisodeOutcome
+from embodied_rl.workers.actor.batch import actor_batch
 from embodied_rl.workers.protocol import Trajectory, concat_trajectories
 
 if TYPE_CHECKING:
@@ -78,12 +79,12 @@ class EmbodiedRunner:
         seed_everything(cfg.runner.seed)
         video_dirs = {"train": cfg.env.train.video_cfg.video_base_dir, "eval": cfg.env.eval.video_cfg.video_base_dir}
         self.groups = build_groups(cfg, with_actor="actor" in components(cfg), run_name=self.run_name, video_dirs=video_dirs)
-        write_environment(self.run_dir, self.groups.env.run("simulator_facts"))
+        write_environment(self.run_dir, self.groups.env.simulator_facts().wait())
         if self.sft:
             from embodied_rl.demos.sft_data import sft_statistics
 
             self._use_statistics(sft_statistics(cfg))
-            n = self.groups.actor.run("setup_sft", self.dataset_statistics)[0]
+            n = self.groups.actor.setup_sft(self.dataset_statistics).wait()[0]
             log.info("SFT on %d demo samples from %s", n, ", ".join(cfg.data.train_data_paths))
         if cfg.runner.resume_dir:
             self._resume(cfg.runner.resume_dir)
@@ -96,13 +97,13 @@ class EmbodiedRunner:
     def _resume(self, resume_dir: str) -> None:
         path = ckpt.resolve_resume_dir(resume_dir, self.run_dir)
         state = ckpt.load_runner_state(path)
-        self.version = self.groups.actor.run("load_checkpoint", str(ckpt.actor_dir(path)))[0]
+        self.version = self.groups.actor.load_checkpoint(str(ckpt.actor_dir(path))).wait()[0]
         self.global_step = state.global_step
         extra = state.extra
         if self.reward_stats is not None and "reward_stats" in extra:
             self.reward_stats.load_state_dict(extra["reward_stats"])
-        self.groups.rollout.gather(self.groups.rollout.call_each("set_rng_state", [(rng,) for rng in extra["rollout_rng"]]))
-        self.groups.env.gather(self.groups.env.call_each("set_state", [(st,) for st in extra["env_state"]]))
+        self.groups.rollout.set_rng_state.each([(rng,) for rng in extra["rollout_rng"]]).wait()
+        self.groups.env.set_state.each([(st,) for st in extra["env_state"]]).wait()
         self._sync_weights()
         log.info("resumed from %s at global step %d (weight version %d)", path, self.global_step, self.version)
 
@@ -112,11 +113,11 @@ class EmbodiedRunner:
         if stats is not None:
             self._use_statistics(stats)
         self.version = version
-        self.groups.rollout.run("update_weights", sd, version)
+        self.groups.rollout.update_weights(sd, version).wait()
 
     def _use_statistics(self, stats: dict) -> None:
         self.dataset_statistics = stats
-        self.groups.rollout.run("set_dataset_statistics", stats)
+        self.groups.rollout.set_dataset_statistics(stats).wait()
 
     # ------------------------------------------------------------------ phases
     def rollout(self, mode: str, reset_ids: list[int] | None = None, *, fixed_epoch: int = 0, video: bool = True,
@@ -132,40 +133,37 @@ class EmbodiedRunner:
         workers' previous epoch over (another scoring of the same initial states)."""
         g, steps = self.groups, chunk_steps_per_epoch(self.cfg, mode)
         video_step = self.global_step + 1 if mode == "train" else self.global_step
-        env_refs = g.env.call("interact", steps, mode, global_step=video_step, checkpoint_step=self.version,
-                              reset_ids=reset_ids, fixed_epoch=fixed_epoch, video=video, repeat_states=repeat_states)
-        roll_refs = g.rollout.call("generate", steps, mode, scoring=scoring, eval_epoch=fixed_epoch)
-        env_out, roll_out = g.env.gather(env_refs), g.rollout.gather(roll_refs)
+        env_call = g.env.interact(steps, mode, global_step=video_step, checkpoint_step=self.version,
+                                  reset_ids=reset_ids, fixed_epoch=fixed_epoch, video=video, repeat_states=repeat_states)
+        roll_call = g.rollout.generate(steps, mode, scoring=scoring, eval_epoch=fixed_epoch)
+        env_out, roll_out = env_call.wait(), roll_call.wait()
         times = {key: max(r[1][key] for r in roll_out) for key in roll_out[0][1]}  # the slowest worker's
         traj = concat_trajectories([r[0] for r in roll_out]) if mode == "train" else None
         return traj, env_out, times
 
     def train_step(self) -> dict[str, float]:
-        cfg, times, metrics = self.cfg, {}, {}
-        t0 = time.perf_counter()
-        trajs = []
-        for _ in range(cfg.algorithm.rollout_epoch):
-            traj, env_out, roll_times = self.rollout("train")
-            m = {**_merge_env_metrics(env_out, prefix="env"), **roll_times}
-            trajs.append(traj)
-            for k, v in m.items():
-                metrics[k] = metrics.get(k, 0.0) + v / cfg.algorithm.rollout_epoch
-        times["time/rollout_s"] = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        # Rollout epochs join along the env axis (whole GRPO groups stay together).
-        batch = concat_trajectories(trajs).to_batch()
-        adv = compute_advantages(cfg.algorithm, batch, action_dim=cfg.actor.model.action_dim,
-                                 auto_reset=cfg.env.train.auto_reset, reward_stats=self.reward_stats)
-        batch.update(adv)
-        metrics.update(_rollout_stats(batch))
-        times["time/advantages_s"] = time.perf_counter() - t1
-        t2 = time.perf_counter()
-        train_metrics = self.groups.actor.run("train_step", ray.put(_actor_batch(batch)))[0]
-        times["time/train_s"] = time.perf_counter() - t2
-        t3 = time.perf_counter()
-        self._sync_weights()
-        times["time/weight_sync_s"] = time.perf_counter() - t3
-        times["time/step_s"] = time.perf_counter() - t0
+        cfg, timer, metrics = self.cfg, Timer(), {}
+        with timer("step"):
+            trajs = []
+            with timer("rollout"):
+                for _ in range(cfg.algorithm.rollout_epoch):
+                    traj, env_out, roll_times = self.rollout("train")
+                    m = {**_merge_env_metrics(env_out, prefix="env"), **roll_times}
+                    trajs.append(traj)
+                    for k, v in m.items():
+                        metrics[k] = metrics.get(k, 0.0) + v / cfg.algorithm.rollout_epoch
+            with timer("advantages"):
+                # Rollout epochs join along the env axis (whole GRPO groups stay together).
+                batch = concat_trajectories(trajs).to_batch()
+                adv = compute_advantages(cfg.algorithm, batch, action_dim=cfg.actor.model.action_dim,
+                                         auto_reset=cfg.env.train.auto_reset, reward_stats=self.reward_stats)
+                batch.update(adv)
+                metrics.update(_rollout_stats(batch))
+            with timer("train"):
+                train_metrics = self.groups.actor.train_step(ray.put(actor_batch(batch))).wait()[0]
+            with timer("weight_sync"):
+                self._sync_weights()
+        times = timer.metrics("time/")
         env_busy = metrics.get("time/env/step_s", 0.0)
         infer = metrics.get("time/rollout/infer_s", 0.0)
         if times["time/rollout_s"] > 0:
@@ -174,16 +172,17 @@ class EmbodiedRunner:
         return {**metrics, **train_metrics, **times}
 
     def sft_step(self) -> dict[str, float]:
-        t0 = time.perf_counter()
-        metrics = self.groups.actor.run("sft_step")[0]
+        timer = Timer()
+        with timer("train"):
+            metrics = self.groups.actor.sft_step().wait()[0]
         self._rollout_stale = True
-        metrics["time/train_s"] = metrics["time/step_s"] = time.perf_counter() - t0
+        metrics["time/train_s"] = metrics["time/step_s"] = timer.seconds["train"]
         return metrics
 
     def _sync_weights(self) -> None:
-        results = self.groups.actor.run("get_trainable_state_dict")
+        results = self.groups.actor.get_trainable_state_dict().wait()
         sd, version = results[0]
-        self.groups.rollout.run("update_weights", sd, version)
+        self.groups.rollout.update_weights(sd, version).wait()
         self.version = version
 
     @property
@@ -200,7 +199,14 @@ class EmbodiedRunner:
         if self._rollout_stale:  # SFT steps do not sync: the rollout workers get the weights when they act
             self._sync_weights()
             self._rollout_stale = False
-        t0 = time.perf_counter()
+        timer = Timer()
+        with timer("eval"):
+            metrics, outcomes = self._evaluate_scorings(episodes)
+        metrics.update(timer.metrics("time/"))
+        self._record_reset_ids()
+        return metrics, outcomes
+
+    def _evaluate_scorings(self, episodes: bool) -> tuple[dict[str, float], dict[str, list[tuple[int, EpisodeOutcome]]]]:
         epochs, scorings = self.cfg.algorithm.eval_rollout_epoch, self.scorings
         ids = self._eval_reset_ids(epochs)
         parts: dict[str, list[dict[str, float]]] = {s: [] for s in scorings}
@@ -213,7 +219,7 @@ class EmbodiedRunner:
                 parts[scoring] += env_out
                 times = {key: times.get(key, 0.0) + v for key, v in roll_times.items()}
                 if episodes:
-                    outcomes[scoring] += [(k, o) for worker in self.groups.env.run("last_episodes") for o in worker]
+                    outcomes[scoring] += [(k, o) for worker in self.groups.env.last_episodes().wait() for o in worker]
         metrics: dict[str, float] = {}
         for scoring in scorings:
             named = {k: v for k, v in _merge_env_metrics(parts[scoring], prefix=f"eval/{scoring}").items() if k.startswith("eval/")}
@@ -223,8 +229,6 @@ class EmbodiedRunner:
         all_parts = [p for scoring in scorings for p in parts[scoring]]
         metrics.update({k: v for k, v in _merge_env_metrics(all_parts, prefix="eval").items() if k.startswith("time/")})
         metrics.update(times)
-        metrics["time/eval_s"] = time.perf_counter() - t0
-        self._record_reset_ids()
         return metrics, outcomes
 
     def _eval_reset_ids(self, epochs: int) -> list[list[int]] | None:
@@ -235,7 +239,7 @@ class EmbodiedRunner:
         env_cfg = self.cfg.env.eval
         if not env_cfg.use_fixed_reset_state_ids:
             return None
-        space = self.groups.env.run("reset_id_space", "eval")[0]
+        space = self.groups.env.reset_id_space("eval").wait()[0]
         if space is None:
             return None
         n = env_cfg.total_num_envs
@@ -248,7 +252,7 @@ class EmbodiedRunner:
         path = self.run_dir / RESET_IDS_FILE
         before = json.loads(path.read_text()) if path.is_file() else {}
         used: dict[str, set[int]] = {mode: set(entry["ids"]) for mode, entry in before.items()}
-        for part in self.groups.env.run("used_reset_ids"):
+        for part in self.groups.env.used_reset_ids().wait():
             for mode, ids in part.items():
                 used.setdefault(mode, set()).update(ids)
         record = {mode: {"reset_id_split": getattr(self.cfg.env, mode).reset_id_split, "num_ids": len(ids), "ids": sorted(ids)}
@@ -262,6 +266,7 @@ class EmbodiedRunner:
                            config=_plain(self.cfg)) as logger, GracefulStop() as stop:
             step = self.sft_step if self.sft else self.train_step
             evaluations: list[tuple[int, dict[str, float]]] = []
+            saved: tuple[int, Path] | None = None
             if self.global_step == 0 and evaluates_after(self.cfg, 0):
                 evaluations.append((0, self.evaluate()))
                 logger.log(0, evaluations[-1][1], counts=False)
@@ -273,13 +278,14 @@ class EmbodiedRunner:
                     metrics.update(evaluations[-1][1])
                 logger.log(self.global_step, metrics)
                 if saves_after(self.cfg, self.global_step):
-                    self.save()
+                    saved = (self.global_step, self.save())
             if len(evaluations) > 1:
                 logger.note(_eval_change(evaluations[0], evaluations[-1], self.scorings))
             elif evaluations:
                 logger.note(_eval_summary(evaluations[0][1], self.scorings))
             if self.global_step > 0:
-                path = self.save()
+                # the last step's checkpoint, unless save_interval just wrote it
+                path = saved[1] if saved and saved[0] == self.global_step else self.save()
                 if self.sft:
                     log.info("SFT done; start RL from it with `embodied-rl export %s DIR` and actor.model.model_path=DIR", path)
             if stop.requested:
@@ -326,18 +332,18 @@ class EmbodiedRunner:
         """Rollout workers act with a PolicySource from now on: a model directory as it is, or a
         training checkpoint's trainable weights on the config's model (as runner.ckpt_path)."""
         base = src.resolved if src.kind == "model" else self.cfg.rollout.model.model_path
-        self.groups.rollout.run("load_policy", base)
+        self.groups.rollout.load_policy(base).wait()
         self.version, self.dataset_statistics = 0, None
         if src.kind == "checkpoint":
             self._load_weights(src.resolved)
 
     def save(self) -> Path:
-        extra: dict[str, Any] = {"rollout_rng": self.groups.rollout.run("get_rng_state"),
-                                 "env_state": self.groups.env.run("get_state")}
+        extra: dict[str, Any] = {"rollout_rng": self.groups.rollout.get_rng_state().wait(),
+                                 "env_state": self.groups.env.get_state().wait()}
         if self.reward_stats is not None:
             extra["reward_stats"] = self.reward_stats.state_dict()
         with ckpt.checkpoint_writer(self.run_dir, self.global_step) as tmp:
-            self.groups.actor.run("save_checkpoint", str(ckpt.actor_dir(tmp)))
+            self.groups.actor.save_checkpoint(str(ckpt.actor_dir(tmp))).wait()
             if self.dataset_statistics is not None:
                 ckpt.write_dataset_statistics(tmp, self.dataset_statistics)
             ckpt.write_runner_state(tmp, global_step=self.global_step, weight_version=self.version,
@@ -349,25 +355,13 @@ class EmbodiedRunner:
 
     def close(self) -> None:
         if self.groups is not None:
-            for refs in (self.groups.env.call("close"), self.groups.rollout.call("close")):
+            for call in (self.groups.env.close(), self.groups.rollout.close()):
                 try:
-                    self.groups.env.gather(refs, timeout=120)
-                except Exception as err:  # shutting down: report, keep releasing the rest
+                    call.wait(timeout=120)
+                except Exception as err:  # noqa: BLE001 - shutting down: report, keep releasing the rest
                     log.warning("worker close failed: %s", err)
             self.groups.shutdown()
             self.groups = None
-
-
-ACTOR_KEYS = ("forward_inputs", "action_tokens", "logprobs", "advantages", "loss_mask", "returns", "value_mask",
-              "ref_logprobs")
-
-
-def _actor_batch(batch: dict) -> dict:
-    """What the actor trains on (workers/actor/batch.py): T rows of values, not the T+1 bootstrap row."""
-    out = {k: batch[k] for k in ACTOR_KEYS if k in batch}
-    if "values" in batch:
-        out["values"] = batch["values"][:-1]
-    return out
 
 
 class GracefulStop:
@@ -384,7 +378,7 @@ class GracefulStop:
         self.requested = True
         log.warning("Ctrl-C: finishing this training step, then saving a checkpoint (press again to abort)")
 
-    def __enter__(self) -> GracefulStop:
+    def __enter__(self) -> Self:
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGINT, self._handle)
         return self
@@ -437,7 +431,7 @@ def _rollout_stats(batch: dict) -> dict[str, float]:
     denom = mask.sum().clamp_min(1.0)
     out = {
         "rollout/reward_per_step": float(batch["rewards"].float().mean()),
-        "rollout/logprob_mean": float((batch["old_logprobs"] * mask).sum() / denom),
+        "rollout/logprob_mean": float((batch["logprobs"] * mask).sum() / denom),
         "rollout/advantage_mean": float((batch["advantages"] * mask).sum() / denom),
         "rollout/valid_token_fraction": float(mask.mean()),
     }

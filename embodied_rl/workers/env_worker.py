@@ -8,14 +8,13 @@ message protocol); env outputs go to the rollout worker, metrics come back from 
 """
 from __future__ import annotations
 
-import time
-
 from embodied_rl.config.schema.env import EnvConfig
 from embodied_rl.distributed.channel import Channel
 from embodied_rl.distributed.placement import envs_per_worker, rollout_rank_of
 from embodied_rl.envs import ChunkedVectorEnv, make_env
 from embodied_rl.envs.metrics import episode_metrics, merge_metrics
 from embodied_rl.evaluation.provenance import simulator_facts
+from embodied_rl.timing import Timer
 from embodied_rl.types import EpisodeOutcome, EpisodeSummary
 from embodied_rl.workers.protocol import (
     ActionMessage,
@@ -130,31 +129,28 @@ class EnvWorker:
                 env.set_reset_ids(reset_ids[start : start + n])
             if video:
                 env.begin_video(global_step, checkpoint_step, mode, self.run_name)
-        step_s = wait_s = 0.0
+        timer = Timer()
+        timer.seconds.update(step=0.0, wait_actions=0.0)
         for s, env in enumerate(envs):
-            t0 = time.perf_counter()
-            obs = env.reset(fixed_epoch, repeat=repeat_states)
-            step_s += time.perf_counter() - t0
-            self._send(EnvStepMessage(self.rank, s, 0, obs, env.active.copy()))
+            with timer("step"):
+                obs = env.reset(fixed_epoch, repeat=repeat_states)
+            self._send(EnvStepMessage(self.rank, s, 0, obs))
         for t in range(n_chunk_steps):
             for s, env in enumerate(envs):
-                t0 = time.perf_counter()
-                msg: ActionMessage = self.wiring.actions.get(action_key(self.wiring.action_queue, self.rank, s))
-                t1 = time.perf_counter()
+                with timer("wait_actions"):
+                    msg: ActionMessage = self.wiring.actions.get(action_key(self.wiring.action_queue, self.rank, s))
                 if (msg.stage, msg.step) != (s, t):
                     raise RuntimeError(f"env worker {self.rank}: expected actions for stage {s} step {t}, got {msg.stage}/{msg.step}")
-                res = env.chunk_step(msg.actions)
-                step_s += time.perf_counter() - t1
-                wait_s += t1 - t0
+                with timer("step"):
+                    res = env.chunk_step(msg.actions)
                 self._send(EnvStepMessage(
-                    self.rank, s, t + 1, res.obs, env.active.copy(), rewards=res.rewards,
-                    terminations=res.terminations, truncations=res.truncations,
+                    self.rank, s, t + 1, res.obs, rewards=res.rewards, truncations=res.truncations,
                     dones=res.terminations | res.truncations, final_obs=res.final_obs,
                 ))
         metrics = self._pop_metrics(envs, n)
         for env in envs:
             env.end_video()
-        metrics.update({"time/env/step_s": step_s, "time/env/wait_actions_s": wait_s})
+        metrics.update(timer.metrics("time/env/"))
         return metrics
 
     def _send(self, msg: EnvStepMessage) -> None:

@@ -72,21 +72,18 @@ class EnvStepMessage:
     """Observation of one stage of one env worker, plus the outcome of the previous chunk step.
 
     N = sub-envs of the stage, C = num_action_chunks. The outcome fields are None at step 0.
-    rewards/terminations/truncations: float32/bool [N, C] of chunk step `step - 1`.
-    dones:        bool [N, C] terminations | truncations.
+    rewards/truncations: float32/bool [N, C] of chunk step `step - 1`.
+    dones:        bool [N, C] terminations | truncations (a truncated episode bootstraps from
+                  V(final_obs), a terminated one does not: both flags are all GAE needs).
     final_obs:    terminal observations of sub-envs that auto-reset in that chunk (rows of
                   others repeat `obs`); None if none did.
-    active:       bool [N] sub-envs inside an episode when `obs` was taken (False after an
-                  episode ended without auto_reset).
     """
 
     env_rank: int
     stage: int
     step: int
     obs: EnvObservation
-    active: np.ndarray
     rewards: np.ndarray | None = None
-    terminations: np.ndarray | None = None
     truncations: np.ndarray | None = None
     dones: np.ndarray | None = None
     final_obs: EnvObservation | None = None
@@ -120,8 +117,7 @@ class Trajectory:
       action_tokens    int64 [T, N, L]
       logprobs         float32 [T, N, L]   old log-probs
       rewards          float32 [T, N, C]
-      terminations, truncations, dones  bool [T, N, C]
-      active_mask      bool [T, N]  sub-env was inside an episode at chunk step t
+      truncations, dones  bool [T, N, C]  (the learner masks steps after a done itself)
       values           float32 [T+1, N, Kv] or None (no value head); row T = V(last obs)
       bootstrap_values float32 [T, N] V(final_obs) at chunk steps where the sub-env auto-reset
                        (0 elsewhere); None without values
@@ -134,10 +130,8 @@ class Trajectory:
     action_tokens: torch.Tensor
     logprobs: torch.Tensor
     rewards: torch.Tensor
-    terminations: torch.Tensor
     truncations: torch.Tensor
     dones: torch.Tensor
-    active_mask: torch.Tensor
     values: torch.Tensor | None
     bootstrap_values: torch.Tensor | None
     version: int
@@ -155,7 +149,7 @@ class Trajectory:
         """The dict compute_advantages / ActorWorker.train_step consume (shared tensor keys)."""
         batch = {
             "forward_inputs": self.forward_inputs, "action_tokens": self.action_tokens,
-            "logprobs": self.logprobs, "old_logprobs": self.logprobs, "rewards": self.rewards,
+            "logprobs": self.logprobs, "rewards": self.rewards,
             "dones": self.dones, "truncations": self.truncations,
         }
         if self.values is not None:
@@ -177,9 +171,8 @@ def concat_trajectories(parts: list[Trajectory]) -> Trajectory:
     return Trajectory(
         forward_inputs={k: torch.cat([p.forward_inputs[k] for p in parts], 1) for k in parts[0].forward_inputs},
         action_tokens=cat([p.action_tokens for p in parts]), logprobs=cat([p.logprobs for p in parts]),
-        rewards=cat([p.rewards for p in parts]), terminations=cat([p.terminations for p in parts]),
-        truncations=cat([p.truncations for p in parts]), dones=cat([p.dones for p in parts]),
-        active_mask=cat([p.active_mask for p in parts]), values=cat([p.values for p in parts]),
+        rewards=cat([p.rewards for p in parts]), truncations=cat([p.truncations for p in parts]),
+        dones=cat([p.dones for p in parts]), values=cat([p.values for p in parts]),
         ref_logprobs=cat([p.ref_logprobs for p in parts]),
         bootstrap_values=cat([p.bootstrap_values for p in parts]), version=parts[0].version,
     )

@@ -16,7 +16,6 @@ already in host memory, so the config checks reject the key rather than let it b
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections import defaultdict
 
 import numpy as np
@@ -25,6 +24,7 @@ import torch
 from embodied_rl.config.schema.model import ModelConfig
 from embodied_rl.distributed.channel import Channel
 from embodied_rl.distributed.placement import rollout_rank_of
+from embodied_rl.timing import Timer
 from embodied_rl.types import EnvObservation
 from embodied_rl.workers.protocol import (
     ActionMessage,
@@ -36,16 +36,6 @@ from embodied_rl.workers.protocol import (
     obs_key,
     trajectory_key,
 )
-
-
-def concat_obs(parts: list[EnvObservation]) -> EnvObservation:
-    wrist = None if parts[0].wrist_images is None else np.concatenate([p.wrist_images for p in parts])
-    return EnvObservation(
-        main_images=np.concatenate([p.main_images for p in parts]),
-        states=np.concatenate([p.states for p in parts]),
-        task_descriptions=[d for p in parts for d in p.task_descriptions],
-        wrist_images=wrist,
-    )
 
 
 class RolloutWorker:
@@ -110,34 +100,17 @@ class RolloutWorker:
         spec, keep = self.sampling[name], mode == "train"
         generator = self.generator if keep else self.eval_generator(eval_epoch)
         rec: list[dict[str, list]] = [defaultdict(list) for _ in range(self.stages)]
-        infer_s = wait_s = 0.0
+        timer = Timer()
+        timer.seconds.update(infer=0.0, wait_obs=0.0)
         for t in range(n_chunk_steps + 1):
             for s in range(self.stages):
-                t0 = time.perf_counter()
-                msgs = self._receive(s, t)
-                t1 = time.perf_counter()
-                wait_s += t1 - t0
-                final_values = self._record_outcome(rec[s], msgs) if t > 0 and keep else None
-                obs = concat_obs([m.obs for m in msgs])
-                if t < n_chunk_steps:
-                    inputs = self._inputs(obs)
-                    out = self.policy.predict(inputs, do_sample=spec.do_sample, temperature=spec.temperature,
-                                              top_k=spec.top_k, compute_values=self.compute_values and keep,
-                                              generator=generator)
-                    self._send_actions(s, t, out.actions.float().cpu().numpy(), [m.obs.num_envs for m in msgs])
-                    if keep:
-                        self._record_step(rec[s], out, msgs)
-                        if self.kl_reference is not None:
-                            ref = self.kl_reference.logprobs(inputs, out.action_tokens, temperature=spec.temperature, top_k=spec.top_k)
-                            rec[s]["ref_logprobs"].append(ref.float().cpu())
-                elif keep and self.compute_values:
-                    # V(final obs) equals V(obs) on rows that did not reset, and rows that did are done
-                    # at the last step, where GAE ignores the next value: one forward serves both.
-                    rec[s]["last_values"].append(final_values if final_values is not None else self._values(obs))
-                infer_s += time.perf_counter() - t1
+                with timer("wait_obs"):
+                    msgs = self._receive(s, t)
+                with timer("infer"):
+                    self._act(rec[s], msgs, s, t, n_chunk_steps, spec, keep, generator)
         if self.enable_offload:
             self.offload()
-        metrics = {"time/rollout/infer_s": infer_s, "time/rollout/wait_obs_s": wait_s}
+        metrics = timer.metrics("time/rollout/")
         if not keep:
             return None, metrics
         traj = self._build(rec)
@@ -147,6 +120,28 @@ class RolloutWorker:
             raise ValueError("generate(send=True) needs ChannelWiring.trajectories (the actor channel)")
         self.wiring.trajectories.put(traj, trajectory_key(self.wiring.trajectory_queue, self.rank))
         return None, metrics
+
+    def _act(self, rec: dict, msgs: list[EnvStepMessage], s: int, t: int, n_chunk_steps: int, spec: SamplingSpec,
+             keep: bool, generator: torch.Generator | None) -> None:
+        """Record the outcome of chunk step t - 1 of stage s, then answer its observation with
+        actions (or, after the last chunk step, compute the values GAE bootstraps from)."""
+        final_values = self._record_outcome(rec, msgs) if t > 0 and keep else None
+        obs = EnvObservation.concat([m.obs for m in msgs])
+        if t < n_chunk_steps:
+            inputs = self._inputs(obs)
+            out = self.policy.predict(inputs, do_sample=spec.do_sample, temperature=spec.temperature,
+                                      top_k=spec.top_k, compute_values=self.compute_values and keep,
+                                      generator=generator)
+            self._send_actions(s, t, out.actions.float().cpu().numpy(), [m.obs.num_envs for m in msgs])
+            if keep:
+                self._record_step(rec, out, msgs)
+                if self.kl_reference is not None:
+                    ref = self.kl_reference.logprobs(inputs, out.action_tokens, temperature=spec.temperature, top_k=spec.top_k)
+                    rec["ref_logprobs"].append(ref.float().cpu())
+        elif keep and self.compute_values:
+            # V(final obs) equals V(obs) on rows that did not reset, and rows that did are done
+            # at the last step, where GAE ignores the next value: one forward serves both.
+            rec["last_values"].append(final_values if final_values is not None else self._values(obs))
 
     def _receive(self, stage: int, step: int) -> list[EnvStepMessage]:
         # Zero-copy: everything kept from a message is copied out (np.concatenate, prepare_inputs),
@@ -179,7 +174,6 @@ class RolloutWorker:
         rec["forward_inputs"].append({k: v.cpu() for k, v in out.forward_inputs.items()})
         rec["action_tokens"].append(out.action_tokens.cpu())
         rec["logprobs"].append(out.logprobs.float().cpu())
-        rec["active_mask"].append(torch.from_numpy(np.concatenate([m.active for m in msgs])))
         if self.compute_values:
             if out.values is None:
                 raise ValueError("compute_values needs a policy with a value head (the config checks require add_value_head for critics)")
@@ -187,14 +181,14 @@ class RolloutWorker:
 
     def _record_outcome(self, rec: dict, msgs: list[EnvStepMessage]) -> torch.Tensor | None:
         """Record rewards/dones; returns V(final obs) [n, Kv] when some sub-env reset (else None)."""
-        for key in ("rewards", "terminations", "truncations", "dones"):
+        for key in ("rewards", "truncations", "dones"):
             rec[key].append(torch.from_numpy(np.concatenate([getattr(m, key) for m in msgs])))
         if not self.compute_values:
             return None
         n = sum(m.obs.num_envs for m in msgs)
         boot, final_values = torch.zeros(n), None
         if any(m.final_obs is not None for m in msgs):
-            final = concat_obs([m.final_obs if m.final_obs is not None else m.obs for m in msgs])
+            final = EnvObservation.concat([m.final_obs if m.final_obs is not None else m.obs for m in msgs])
             reset = np.concatenate([m.dones.any(-1) for m in msgs])
             final_values = self._values(final)
             boot = torch.where(torch.from_numpy(reset), final_values[:, 0], boot)
@@ -225,8 +219,8 @@ class RolloutWorker:
         return Trajectory(
             forward_inputs={key: merge(lambda r, key=key: torch.stack([x[key] for x in r["forward_inputs"]])) for key in fi_keys},
             action_tokens=field("action_tokens"), logprobs=field("logprobs"), rewards=field("rewards"),
-            terminations=field("terminations"), truncations=field("truncations"), dones=field("dones"),
-            active_mask=field("active_mask"), values=values, bootstrap_values=boot, version=self.version,
+            truncations=field("truncations"), dones=field("dones"),
+            values=values, bootstrap_values=boot, version=self.version,
             ref_logprobs=field("ref_logprobs") if rec[0].get("ref_logprobs") else None,
         )
 

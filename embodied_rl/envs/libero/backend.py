@@ -10,7 +10,7 @@ from embodied_rl.envs.libero.params import LiberoParams
 from embodied_rl.envs.libero.setup import ensure_libero_ready
 from embodied_rl.envs.libero.sub_env import LiberoSubEnvFactory
 from embodied_rl.envs.libero.suites import TaskIndex
-from embodied_rl.envs.pooled import SubprocBackend
+from embodied_rl.envs.subproc_backend import SubprocBackend
 from embodied_rl.errors import ConfigError
 
 

@@ -7,7 +7,7 @@ from embodied_rl.config.schema.env import EnvConfig
 from embodied_rl.envs.backend import SimulatorBackend, register_simulator
 from embodied_rl.envs.maniskill.params import ManiSkillParams
 from embodied_rl.envs.maniskill.sub_env import ManiSkillSubEnvFactory
-from embodied_rl.envs.pooled import SubprocBackend
+from embodied_rl.envs.subproc_backend import SubprocBackend
 from embodied_rl.errors import ConfigError
 
 

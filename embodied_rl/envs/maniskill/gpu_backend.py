@@ -78,15 +78,8 @@ class ManiSkillGPUBackend(SimulatorBackend):
         if self._obs is None:
             self._obs = full
         else:
-            idx = np.asarray(ids)
-            self._obs.main_images[idx] = full.main_images[idx]
-            self._obs.states[idx] = full.states[idx]
-            if self._obs.wrist_images is not None:
-                self._obs.wrist_images[idx] = full.wrist_images[idx]
-        return EnvObservation(
-            main_images=full.main_images[ids], states=full.states[ids], task_descriptions=[self.instruction] * len(ids),
-            wrist_images=None if full.wrist_images is None else full.wrist_images[ids],
-        )
+            self._obs.set_rows(ids, full.rows(ids))
+        return full.rows(ids)
 
     def step(self, actions: np.ndarray, env_ids: Sequence[int] | None = None) -> BackendStep:
         import torch
@@ -96,15 +89,10 @@ class ManiSkillGPUBackend(SimulatorBackend):
         obs, reward, terminated, _trunc, info = self.env.step(act)
         new = self._convert(obs)
         assert self._obs is not None, "step before reset"
-        for name in ("main_images", "states", "wrist_images"):
-            cur = getattr(self._obs, name)
-            if cur is not None:
-                cur[active] = getattr(new, name)[active]
+        self._obs.set_rows(np.flatnonzero(active), new.rows(active))
         success = info["success"].cpu().numpy().astype(bool) if "success" in info else np.zeros(self.num_envs, bool)
         return BackendStep(
-            obs=EnvObservation(main_images=self._obs.main_images.copy(), states=self._obs.states.copy(),
-                               task_descriptions=list(self._obs.task_descriptions),
-                               wrist_images=None if self._obs.wrist_images is None else self._obs.wrist_images.copy()),
+            obs=self._obs.copy(),
             rewards=np.where(active, reward.cpu().numpy().astype(np.float32), 0.0).astype(np.float32),
             terminated=terminated.cpu().numpy().astype(bool) & active,
             success=success & active,

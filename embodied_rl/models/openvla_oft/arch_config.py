@@ -13,15 +13,11 @@ from typing import Any
 
 from transformers import LlamaConfig
 
-from embodied_rl.errors import UserError
+from embodied_rl.errors import CheckpointError
 
 CONFIG_NAME = "config.json"
 # Official ids (vision_backbone_id "dinosiglip-vit-so-224px").
 DINOSIGLIP_TIMM_IDS = ["vit_large_patch14_reg4_dinov2.lvd142m", "vit_so400m_patch14_siglip_224"]
-
-
-class CheckpointError(UserError):
-    """A checkpoint directory is missing files or holds tensors that do not match the model."""
 
 
 @dataclass

@@ -16,7 +16,7 @@ from torch import nn
 from transformers import PreTrainedTokenizerFast
 
 from embodied_rl.config.schema.model import ModelConfig
-from embodied_rl.errors import ConfigError
+from embodied_rl.errors import CheckpointError, ConfigError
 from embodied_rl.models.base import BasePolicy, PolicyOutput
 from embodied_rl.models.openvla_oft import checkpoint as ckpt
 from embodied_rl.models.openvla_oft import lora
@@ -28,10 +28,7 @@ from embodied_rl.models.openvla_oft.actions import (
     load_dataset_statistics,
     resolve_unnorm_key,
 )
-from embodied_rl.models.openvla_oft.arch_config import (
-    CheckpointError,
-    OpenVLAArchConfig,
-)
+from embodied_rl.models.openvla_oft.arch_config import OpenVLAArchConfig
 from embodied_rl.models.openvla_oft.heads import ProprioProjector, ValueHead
 from embodied_rl.models.openvla_oft.modeling import (
     OpenVLAOFTModel,

@@ -31,6 +31,15 @@ CRITIC_KEYS = ("values", "returns", "value_mask")
 OPTIONAL_KEYS = ("ref_logprobs",)
 
 
+def actor_batch(rollout_batch: dict) -> dict:
+    """The contract's keys out of the runner's rollout batch (`Trajectory.to_batch` plus the
+    estimator's outputs): the T rows of values, not the [T+1] array with the bootstrap row."""
+    out = {k: rollout_batch[k] for k in REQUIRED_KEYS + CRITIC_KEYS + OPTIONAL_KEYS if k in rollout_batch}
+    if "values" in rollout_batch:
+        out["values"] = rollout_batch["values"][:-1]
+    return out
+
+
 def flatten_batch(batch: dict, *, needs_critic: bool) -> dict:
     """[T, N, ...] -> [T*N, ...] for every tensor (nested `forward_inputs` too); validates keys and shapes."""
     missing = [k for k in REQUIRED_KEYS + (CRITIC_KEYS if needs_critic else ()) if k not in batch]

@@ -27,8 +27,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully
 from torch.distributed.tensor import DTensor
 
 from embodied_rl.errors import ConfigError
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+from embodied_rl.models.registry import PRECISION_DTYPES
 
 
 def free_port() -> int:
@@ -76,11 +75,11 @@ def check_precision(fsdp_cfg, device: torch.device) -> tuple[torch.dtype, torch.
     mp = fsdp_cfg.mixed_precision
     names = {"param_dtype": mp.param_dtype, "reduce_dtype": mp.reduce_dtype}
     for key, name in names.items():
-        if name not in DTYPES:
-            raise ConfigError(f"actor.fsdp_config.mixed_precision.{key}={name!r} is not valid; choose one of: {', '.join(DTYPES)}")
+        if name not in PRECISION_DTYPES:
+            raise ConfigError(f"actor.fsdp_config.mixed_precision.{key}={name!r} is not valid; choose one of: {', '.join(PRECISION_DTYPES)}")
         if name == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
             raise ConfigError(f"actor.fsdp_config.mixed_precision.{key}=bf16 is not supported by {torch.cuda.get_device_name()}; use fp32")
-    return DTYPES[mp.param_dtype], DTYPES[mp.reduce_dtype]
+    return PRECISION_DTYPES[mp.param_dtype], PRECISION_DTYPES[mp.reduce_dtype]
 
 
 def device_mesh(fsdp_cfg, world_size: int, device: torch.device) -> DeviceMesh:

@@ -1,7 +1,7 @@
 """ActorWorker: one rank of the FSDP2 training group (gloo on CPU, NCCL on GPU).
 
-A plain class: G1's WorkerGroup (or `ray.remote(ActorWorker)`) makes it a Ray actor, one
-process per rank. Lifecycle, driven by the runner:
+A plain class: `WorkerGroup` (distributed/worker_group.py) or `ray.remote(ActorWorker)` makes it
+a Ray actor, one process per rank. Lifecycle, driven by the runner:
 
     addr, port = rank0.get_master_address()            # rank 0's host and a free port
     all ranks:  setup(addr, port)                      # process group, policy, FSDP2, AdamW, LR schedule

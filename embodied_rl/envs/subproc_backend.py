@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from embodied_rl.envs.backend import BackendStep, SimulatorBackend
-from embodied_rl.envs.subproc import PoolOptions, SubEnvFactory, SubprocEnvPool
+from embodied_rl.envs.subproc_pool import PoolOptions, SubEnvFactory, SubprocEnvPool
 from embodied_rl.types import EnvObservation
 
 

@@ -1,0 +1,1 @@
+"""The test suite, a package so test modules import shared helpers as `tests.<module>`."""
