@@ -117,3 +117,15 @@ def test_an_unknown_package_needs_a_layer(tmp_path):
     (pkg / "newthing" / "__init__.py").write_text("from embodied_rl import errors\n")
     with pytest.raises(KeyError, match="newthing has no layer"):
         violations(pkg)
+
+
+def test_every_path_the_architecture_doc_names_exists():
+    """docs/ARCHITECTURE.md names files as `dir/file.py` (relative to embodied_rl/ or the repo)."""
+    import re
+
+    repo = PACKAGE.parent
+    text = (repo / "docs" / "ARCHITECTURE.md").read_text()
+    named = set(re.findall(r"`([\w./-]+/[\w./-]*|[\w-]+\.py)`", text))
+    missing = [p for p in sorted(named) if "/" in p or p.endswith(".py")
+               if not ((PACKAGE / p).exists() or (repo / p).exists() or p == "checks.py")]
+    assert not missing, f"docs/ARCHITECTURE.md names paths that do not exist: {missing}"
