@@ -139,7 +139,7 @@ RAY_PROBES = ("ray", "names")
 
 
 def probe_algorithm(cfg: RootConfig, path: str) -> Any:
-    from test_algorithms_keys import adv_probe, loss_probe
+    from tests.test_algorithms_keys import adv_probe, loss_probe
 
     return adv_probe(cfg.algorithm), loss_probe(cfg.algorithm)
 
