@@ -10,8 +10,9 @@ from contextlib import contextmanager
 class Timer:
     """Seconds per phase, summed over every `with timer("phase"):` block of that name."""
 
-    def __init__(self) -> None:
-        self.seconds: defaultdict[str, float] = defaultdict(float)
+    def __init__(self, *always: str) -> None:
+        """`always`: phases reported even when no block of theirs ran (as 0 s)."""
+        self.seconds: defaultdict[str, float] = defaultdict(float, dict.fromkeys(always, 0.0))
 
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:

@@ -76,9 +76,9 @@ def _json_spec(cls: type, last: str) -> dict[str, tuple[type, ...]]:
     """sidecar key -> accepted JSON types, for the fields of `cls` up to `last`, from their
     annotations. bool is never numeric (True is an int), and a float field accepts an int."""
     accepted = {int: (int,), float: (int, float), str: (str,), bool: (bool,)}
-    spec = {}
+    spec, hints = {}, get_type_hints(cls)
     for f in fields(cls):
-        tp = get_type_hints(cls)[f.name]
+        tp = hints[f.name]
         base = next(t for t in get_args(tp) if t is not type(None)) if get_args(tp) else tp
         spec[_JSON_KEYS.get(f.name, f.name)] = accepted[base]
         if f.name == last:

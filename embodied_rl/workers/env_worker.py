@@ -129,8 +129,7 @@ class EnvWorker:
                 env.set_reset_ids(reset_ids[start : start + n])
             if video:
                 env.begin_video(global_step, checkpoint_step, mode, self.run_name)
-        timer = Timer()
-        timer.seconds.update(step=0.0, wait_actions=0.0)
+        timer = Timer("step", "wait_actions")
         for s, env in enumerate(envs):
             with timer("step"):
                 obs = env.reset(fixed_epoch, repeat=repeat_states)

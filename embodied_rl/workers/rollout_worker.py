@@ -100,8 +100,7 @@ class RolloutWorker:
         spec, keep = self.sampling[name], mode == "train"
         generator = self.generator if keep else self.eval_generator(eval_epoch)
         rec: list[dict[str, list]] = [defaultdict(list) for _ in range(self.stages)]
-        timer = Timer()
-        timer.seconds.update(infer=0.0, wait_obs=0.0)
+        timer = Timer("infer", "wait_obs")
         for t in range(n_chunk_steps + 1):
             for s in range(self.stages):
                 with timer("wait_obs"):
