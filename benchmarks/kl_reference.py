@@ -42,8 +42,8 @@ import numpy as np
 import torch
 
 import embodied_rl  # noqa: F401  (torchvision shim before timm)
-from embodied_rl.config.schema.model import ModelConfig
 from embodied_rl.models import build_policy
+from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
 from embodied_rl.models.reference import KLReference, build_kl_reference
 from embodied_rl.types import EnvObservation
 
@@ -99,7 +99,7 @@ def write_checkpoints(model: str, root: Path) -> tuple[Path, Path]:
     else:
         arch = mid_arch()
         tokenizer = build_tiny_tokenizer(arch.base_vocab_size, arch.n_action_bins)
-        policy = OpenVLAOFTPolicy(ModelConfig(model_path=str(base), add_value_head=False), arch, tokenizer,
+        policy = OpenVLAOFTPolicy(OpenVLAOFTConfig(model_path=str(base), add_value_head=False), arch, tokenizer,
                                   identity_statistics(7, 8))
         policy.save_checkpoint(base)
         del policy
@@ -107,8 +107,8 @@ def write_checkpoints(model: str, root: Path) -> tuple[Path, Path]:
     return base, root / f"{model}-lora" / "lora_adapter"
 
 
-def model_config(base: Path, lora_path: Path | None) -> ModelConfig:
-    return ModelConfig(model_path=str(base), is_lora=True, lora_path=None if lora_path is None else str(lora_path),
+def model_config(base: Path, lora_path: Path | None) -> OpenVLAOFTConfig:
+    return OpenVLAOFTConfig(model_path=str(base), is_lora=True, lora_path=None if lora_path is None else str(lora_path),
                        add_value_head=True, value_type="chunk_level")
 
 

@@ -27,11 +27,11 @@ import torch
 
 import embodied_rl  # noqa: F401  (torchvision shim first)
 from embodied_rl.config.schema.env import EnvConfig
-from embodied_rl.config.schema.model import ModelConfig
 from embodied_rl.distributed.channel import Channel
 from embodied_rl.distributed.worker_group import RayCluster, WorkerGroup
 from embodied_rl.envs import make_env
 from embodied_rl.models.create import create_model
+from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
 from embodied_rl.process_env import configure_process_env
 from embodied_rl.workers.env_worker import EnvWorker
 from embodied_rl.workers.protocol import ChannelWiring, SamplingSpec
@@ -114,7 +114,7 @@ def measure_loop(env_cfg: EnvConfig, args) -> float:
     envs = WorkerGroup(EnvWorker, cluster, placement, "env", kwargs={
         "env_cfgs": {"eval": env_cfg}, "wiring": ChannelWiring.single(channel), "num_rollout_workers": 1, "pipeline_stage_num": 1})
     rollouts = WorkerGroup(TrivialPolicyRolloutWorker, cluster, placement, "rollout", kwargs={
-        "model_cfg": ModelConfig(model_path=model_dir), "wiring": ChannelWiring.single(channel), "num_env_workers": 1, "pipeline_stage_num": 1,
+        "model_cfg": OpenVLAOFTConfig(model_path=model_dir), "wiring": ChannelWiring.single(channel), "num_env_workers": 1, "pipeline_stage_num": 1,
         "sampling": {"greedy": SamplingSpec(do_sample=False)}, "compute_values": False})
     rollouts.trivial().wait()
 

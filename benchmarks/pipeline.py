@@ -36,10 +36,10 @@ from pathlib import Path
 
 import embodied_rl  # noqa: F401  (torchvision shim first)
 from embodied_rl.config.schema.env import EnvConfig
-from embodied_rl.config.schema.model import ModelConfig
 from embodied_rl.distributed.channel import Channel
 from embodied_rl.distributed.worker_group import RayCluster, WorkerGroup
 from embodied_rl.models.create import create_model
+from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
 from embodied_rl.process_env import configure_process_env
 from embodied_rl.workers.env_worker import EnvWorker
 from embodied_rl.workers.protocol import ChannelWiring, SamplingSpec
@@ -120,7 +120,7 @@ class CalibratedRolloutWorker(RolloutWorker):
         self.policy.predict = on_device
 
 
-CHUNK = ModelConfig().num_action_chunks  # actions per chunk of the tiny preset
+CHUNK = OpenVLAOFTConfig().num_action_chunks  # actions per chunk of the tiny preset
 
 
 def env_cfg(n: int, size: int, chunk_steps: int) -> EnvConfig:
@@ -204,7 +204,7 @@ def main() -> None:
     cluster = RayCluster(num_cpu_slots=4)  # 2 settings x (env, rollout); idle ones cost no CPU
     model_dir = tempfile.mkdtemp(prefix="tiny-oft-")
     create_model("tiny", model_dir + "/m", image_size=args.size)
-    model_cfg = ModelConfig(model_path=model_dir + "/m", add_value_head=True)
+    model_cfg = OpenVLAOFTConfig(model_path=model_dir + "/m", add_value_head=True)
     settings = {stages: build(cluster, model_cfg, args, stages) for stages in (1, 2)}
     for stages, (_, envs, rollouts) in settings.items():
         epoch(envs, rollouts, args.chunk_steps)  # warm-up: sim start, first forward

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 import embodied_rl  # noqa: F401  (torchvision shim before timm)
-from embodied_rl.config.schema.model import ModelConfig
+from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
 from embodied_rl.models.openvla_oft.policy import OpenVLAOFTPolicy
 from embodied_rl.types import EnvObservation
 
@@ -89,7 +89,7 @@ def main() -> None:
     n_img = args.num_images or (2 if cuda else 1)
     sizes = [int(x) for x in (args.batch_sizes or ("8,16,32,64" if cuda else "1,2,4,8,16")).split(",")]
     torch.manual_seed(0)
-    cfg = ModelConfig(model_path="(random init)", num_images_in_input=n_img, num_action_chunks=args.chunks,
+    cfg = OpenVLAOFTConfig(model_path="(random init)", num_images_in_input=n_img, num_action_chunks=args.chunks,
                       precision=precision, attn_implementation=args.attn, add_value_head=True)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
     t0 = time.perf_counter()

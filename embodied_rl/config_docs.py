@@ -10,7 +10,8 @@ import types
 import typing
 from typing import Any, Union
 
-from embodied_rl.config.schema import EnvConfig, RootConfig
+from embodied_rl.config.schema import EnvConfig, ModelConfig, RootConfig
+from embodied_rl.config.schema.model import model_config_classes
 from embodied_rl.config.typecheck import field_types, join, type_name
 
 HEADER = """# Configuration reference
@@ -135,6 +136,8 @@ def render_config_docs() -> str:
         parts.append(f"## `{f.name}`\n")
         skip = ("env.train", "env.eval") if f.name == "env" else ()
         parts.append(table(tp, f.name, skip))
+        if f.name == "actor":
+            parts.extend(_model_type_tables())
     parts.append("## `env.train` / `env.eval` (one env config each)\n")
     parts.append("Picked by name from `env_configs/`; the experiment file and overrides can change any key. "
                  "Keys below are written relative to `env.train` (the same keys exist under `env.eval`).\n")
@@ -147,3 +150,14 @@ def render_config_docs() -> str:
         parts.append(f"### `init_params` of `env_type: {name}`\n")
         parts.append(table(params, "env.train.init_params"))
     return "\n".join(parts)
+
+
+def _model_type_tables() -> list[str]:
+    """The keys a policy adds to `actor.model` (its configuration class beside its model)."""
+    shared = {f.name for f in dataclasses.fields(ModelConfig)}
+    out = []
+    for name, cls in model_config_classes().items():
+        out.append(f"### `actor.model` keys of `model_type: {name}`\n")
+        out.append(f"Defined in `{cls.__module__.replace('.', '/')}.py`; flat in `actor.model` like the keys above.\n")
+        out.append(table(cls, "actor.model", skip=tuple(f"actor.model.{k}" for k in shared)))
+    return out

@@ -58,6 +58,8 @@ def schema_leaves(cls: type, prefix: str, simulators: dict[str, type], sim: str 
         tp, path = field_types(cls)[f.name], f"{prefix}{f.name}"
         inner = _optional_inner(tp)
         if dataclasses.is_dataclass(tp):
+            if hasattr(tp, "variant"):  # a polymorphic section (actor.model): the default type's keys
+                tp = tp.variant({})
             out.extend(schema_leaves(tp, path + ".", simulators, sim))
             continue
         if f.name == "init_params":

@@ -12,12 +12,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from embodied_rl.config.loader import save_resolved_config, to_dict
+from embodied_rl.config.loader import compose, resolve, save_resolved_config, to_dict
 from embodied_rl.config.schema import RootConfig
+from embodied_rl.config.schema.model import ModelConfig, register_model_config
+from embodied_rl.config.typecheck import build
 from embodied_rl.config_docs import render_config_docs
 from embodied_rl.configure import load_config
 from embodied_rl.envs.backend import SimulatorBackend, register_simulator
 from embodied_rl.errors import ConfigError
+from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -185,3 +188,37 @@ def test_config_doc_is_up_to_date() -> None:
     assert doc.is_file() and doc.read_text() == render_config_docs(), (
         "docs/CONFIG.md is out of date; regenerate it with: python scripts/gen_config_docs.py"
     )
+
+
+@dataclasses.dataclass
+class _MlpConfig(ModelConfig):  # a second policy type: its own key, none of OpenVLA-OFT's
+    hidden_size: int = 32
+
+
+@pytest.fixture()
+def mlp_model_type():
+    from embodied_rl.config.schema import model
+
+    register_model_config("cfgtest_mlp")(_MlpConfig)
+    yield
+    model._MODEL_CONFIGS.pop("cfgtest_mlp", None)
+
+
+def _built(project: Path, *overrides: str) -> RootConfig:
+    """The schema step of loading alone (the model rules would also want a registered policy)."""
+    return build(RootConfig, resolve(compose(str(project), list(overrides))), "")
+
+
+def test_actor_model_is_built_as_the_class_its_model_type_names(project: Path, mlp_model_type) -> None:
+    oft = load(project, "actor.model.center_crop=false")
+    assert type(oft.actor.model) is OpenVLAOFTConfig and oft.actor.model.center_crop is False
+    mlp = _built(project, "actor.model.model_type=cfgtest_mlp", "actor.model.hidden_size=16")
+    assert type(mlp.actor.model) is _MlpConfig and mlp.actor.model.hidden_size == 16
+    assert not hasattr(mlp.actor.model, "center_crop")  # OFT's defaults are not carried into another type
+    with pytest.raises(ConfigError, match=r"unknown key 'actor.model.center_crop'.*hidden_size"):
+        _built(project, "actor.model.model_type=cfgtest_mlp", "actor.model.center_crop=false")
+    with pytest.raises(ConfigError, match=r"unknown key 'actor.model.hidden_size'"):
+        load(project, "actor.model.hidden_size=16")
+    assert "available: cfgtest_mlp, openvla_oft" in error_of(project, "actor.model.model_type=mlp")
+    with pytest.raises(TypeError, match="model_config"):
+        ModelConfig()

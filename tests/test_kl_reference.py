@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from embodied_rl.config.schema.model import ModelConfig
 from embodied_rl.models import build_policy
 from embodied_rl.models.create import create_model
+from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
 from embodied_rl.models.reference import KLReference, build_kl_reference
 from embodied_rl.types import EnvObservation
 
@@ -24,7 +24,7 @@ def tiny(tmp_path_factory):
     made = tmp_path_factory.mktemp("tiny") / "made"
     create_model("tiny", str(made), image_size=56)
     out = made.parent / "sft"
-    build_policy(ModelConfig(model_path=str(made), add_value_head=False)).save_checkpoint(out)
+    build_policy(OpenVLAOFTConfig(model_path=str(made), add_value_head=False)).save_checkpoint(out)
     return out
 
 
@@ -32,7 +32,7 @@ def tiny(tmp_path_factory):
 def tiny_proprio(tiny, tmp_path_factory):
     """The tiny model with a proprio projector saved beside it, as OFT's LIBERO checkpoints ship."""
     out = tmp_path_factory.mktemp("tiny_proprio") / "m"
-    build_policy(ModelConfig(model_path=str(tiny), use_proprio=True, add_value_head=False)).save_checkpoint(out)
+    build_policy(OpenVLAOFTConfig(model_path=str(tiny), use_proprio=True, add_value_head=False)).save_checkpoint(out)
     return out
 
 
@@ -43,11 +43,11 @@ def _obs() -> EnvObservation:
                           task_descriptions=["pick up the cube", "open the drawer", "stack the blocks"])
 
 
-def _cfg(path, **kw) -> ModelConfig:
-    return ModelConfig(model_path=str(path), num_action_chunks=2, add_value_head=True, value_type="chunk_level", **kw)
+def _cfg(path, **kw) -> OpenVLAOFTConfig:
+    return OpenVLAOFTConfig(model_path=str(path), num_action_chunks=2, add_value_head=True, value_type="chunk_level", **kw)
 
 
-def _lora(path, **kw) -> ModelConfig:
+def _lora(path, **kw) -> OpenVLAOFTConfig:
     return _cfg(path, is_lora=True, lora_rank=4, lora_alpha=8, **kw)
 
 
@@ -66,7 +66,7 @@ def _sample(policy) -> tuple[dict, torch.Tensor]:
     return inputs, out.action_tokens
 
 
-def _copy_reference(cfg: ModelConfig) -> KLReference:
+def _copy_reference(cfg: OpenVLAOFTConfig) -> KLReference:
     """The second-copy path, built by hand so it exists under LoRA too."""
     return KLReference(build_policy(cfg).eval())
 
@@ -139,7 +139,7 @@ def test_full_fine_tuning_keeps_a_second_copy_without_value_head(tiny):
     torch.testing.assert_close(ref, _copy_reference(cfg).logprobs(inputs, tokens), atol=0, rtol=0)
 
 
-def _value_head_warnings(caplog, cfg: ModelConfig, **kw) -> list[str]:
+def _value_head_warnings(caplog, cfg: OpenVLAOFTConfig, **kw) -> list[str]:
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="embodied_rl.models.openvla_oft.policy"):
         build_policy(cfg, **kw)
@@ -150,4 +150,4 @@ def test_missing_value_head_warns_only_where_the_value_head_is_used(tiny, caplog
     assert _value_head_warnings(caplog, _cfg(tiny)), "a critic starting untrained is worth a warning (actor)"
     assert not _value_head_warnings(caplog, _cfg(tiny), warn_untrained_value_head=False)  # rollout workers
     assert any("value_head" in r.getMessage() for r in caplog.records)  # still logged, at info level
-    assert not _value_head_warnings(caplog, ModelConfig(model_path=str(tiny), num_action_chunks=2, add_value_head=False))
+    assert not _value_head_warnings(caplog, OpenVLAOFTConfig(model_path=str(tiny), num_action_chunks=2, add_value_head=False))

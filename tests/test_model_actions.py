@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from embodied_rl.config.schema.model import ModelConfig
 from embodied_rl.errors import UserError
 from embodied_rl.models import build_policy
 from embodied_rl.models.create import create_model
@@ -18,6 +17,7 @@ from embodied_rl.models.openvla_oft.actions import (
     BoundsQ99,
     resolve_unnorm_key,
 )
+from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
 from embodied_rl.types import EnvObservation
 
 HALF_BIN = 1.0 / 255  # bins are 2/255 wide
@@ -82,7 +82,7 @@ def test_sampling_functions():
 def policy(tmp_path_factory):
     out = tmp_path_factory.mktemp("tiny") / "m"
     create_model("tiny", str(out), image_size=56, num_images=1)
-    return build_policy(ModelConfig(model_path=str(out), add_value_head=True, value_type="chunk_level"))
+    return build_policy(OpenVLAOFTConfig(model_path=str(out), add_value_head=True, value_type="chunk_level"))
 
 
 def _obs(n: int = 3) -> EnvObservation:

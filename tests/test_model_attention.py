@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from embodied_rl.config.schema.model import ModelConfig
 from embodied_rl.models import build_policy
 from embodied_rl.models.create import create_model
+from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
 from embodied_rl.types import EnvObservation
 
 
@@ -32,8 +32,8 @@ def logits_values(policy, inputs):
 
 
 def test_outputs_invariant_to_left_padding(ckpt):
-    short = build_policy(ModelConfig(model_path=ckpt, max_prompt_length=30))
-    long = build_policy(ModelConfig(model_path=ckpt, max_prompt_length=60))
+    short = build_policy(OpenVLAOFTConfig(model_path=ckpt, max_prompt_length=30))
+    long = build_policy(OpenVLAOFTConfig(model_path=ckpt, max_prompt_length=60))
     o = obs()
     a, b = short.prepare_inputs(o), long.prepare_inputs(o)
     assert a["input_ids"].shape[1] == 30 and b["input_ids"].shape[1] == 60
@@ -48,8 +48,8 @@ def test_outputs_invariant_to_left_padding(ckpt):
 
 def test_eager_equals_sdpa(ckpt):
     o = obs()
-    eager = build_policy(ModelConfig(model_path=ckpt, attn_implementation="eager"))
-    sdpa = build_policy(ModelConfig(model_path=ckpt, attn_implementation="sdpa"))
+    eager = build_policy(OpenVLAOFTConfig(model_path=ckpt, attn_implementation="eager"))
+    sdpa = build_policy(OpenVLAOFTConfig(model_path=ckpt, attn_implementation="sdpa"))
     inputs = eager.prepare_inputs(o)
     le, he = logits_values(eager, inputs)
     ls, hs = logits_values(sdpa, inputs)
@@ -59,7 +59,7 @@ def test_eager_equals_sdpa(ckpt):
 
 def test_later_action_slot_changes_earlier_readout(ckpt):
     """With causal attention the first slot's readout could not see the last slot; here it must."""
-    policy = build_policy(ModelConfig(model_path=ckpt, num_action_chunks=2))
+    policy = build_policy(OpenVLAOFTConfig(model_path=ckpt, num_action_chunks=2))
     core, t = policy.vla, policy.model_cfg.num_action_tokens
     inputs = policy.prepare_inputs(obs())
     with torch.no_grad():
@@ -76,8 +76,8 @@ def test_later_action_slot_changes_earlier_readout(ckpt):
 def test_causal_mode_is_explicit_and_causal(ckpt):
     """attention_mode=causal (for causally trained checkpoints): earlier readouts ignore later slots."""
     o = obs()
-    causal = build_policy(ModelConfig(model_path=ckpt, attention_mode="causal"))
-    bidir = build_policy(ModelConfig(model_path=ckpt))
+    causal = build_policy(OpenVLAOFTConfig(model_path=ckpt, attention_mode="causal"))
+    bidir = build_policy(OpenVLAOFTConfig(model_path=ckpt))
     inputs = causal.prepare_inputs(o)
     assert (logits_values(causal, inputs)[0] - logits_values(bidir, inputs)[0]).abs().max() > 1e-5
     core, t = causal.vla, causal.model_cfg.num_action_tokens
@@ -88,14 +88,14 @@ def test_causal_mode_is_explicit_and_causal(ckpt):
         (la, _), (lb, _) = core.decode_actions(embeds, mask, t, True), core.decode_actions(changed, mask, t, True)
     torch.testing.assert_close(la[:, :-1], lb[:, :-1], atol=1e-6, rtol=0)  # earlier readouts cannot see it
     assert (la[:, -1] - lb[:, -1]).abs().max() > 1e-4
-    eager = build_policy(ModelConfig(model_path=ckpt, attention_mode="causal", attn_implementation="eager"))
+    eager = build_policy(OpenVLAOFTConfig(model_path=ckpt, attention_mode="causal", attn_implementation="eager"))
     torch.testing.assert_close(logits_values(eager, inputs)[0], logits_values(causal, inputs)[0], atol=1e-5, rtol=1e-5)
 
 
 def test_stop_token_layout_changes_outputs(ckpt):
     o = obs()
-    with_stop = build_policy(ModelConfig(model_path=ckpt, append_stop_token=True))
-    without = build_policy(ModelConfig(model_path=ckpt, append_stop_token=False))
+    with_stop = build_policy(OpenVLAOFTConfig(model_path=ckpt, append_stop_token=True))
+    without = build_policy(OpenVLAOFTConfig(model_path=ckpt, append_stop_token=False))
     inputs = with_stop.prepare_inputs(o)
     assert (logits_values(with_stop, inputs)[0] - logits_values(without, inputs)[0]).abs().max() > 1e-5
 
@@ -104,4 +104,4 @@ def test_flash_attention_is_refused_without_cuda(ckpt):
     from embodied_rl.errors import ConfigError
 
     with pytest.raises(ConfigError, match="flash_attention_2 needs a CUDA device"):
-        build_policy(ModelConfig(model_path=ckpt, attn_implementation="flash_attention_2"))
+        build_policy(OpenVLAOFTConfig(model_path=ckpt, attn_implementation="flash_attention_2"))

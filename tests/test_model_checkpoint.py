@@ -11,11 +11,11 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from embodied_rl.config.schema.model import ModelConfig
 from embodied_rl.errors import CheckpointError, UserError
 from embodied_rl.models import build_policy
 from embodied_rl.models.create import create_model
 from embodied_rl.models.openvla_oft.checkpoint import read_state_dict, write_state_dict
+from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
 from embodied_rl.models.openvla_oft.tiny_tokenizer import build_tiny_tokenizer
 from embodied_rl.types import EnvObservation
 
@@ -88,7 +88,7 @@ def official(tmp_path_factory):
 
 def test_official_layout_loads_with_every_tensor_in_place(official):
     d, sd, towers = official
-    cfg = ModelConfig(model_path=str(d), unnorm_key="libero_10", use_proprio=True, proprio_dim=8)
+    cfg = OpenVLAOFTConfig(model_path=str(d), unnorm_key="libero_10", use_proprio=True, proprio_dim=8)
     policy = build_policy(cfg)  # load_exact raises on any missing / unexpected / mis-shaped key
     assert policy.unnorm_key == "libero_10_no_noops"
     mine = policy.vla.state_dict()
@@ -110,7 +110,7 @@ def test_matches_a_hand_built_official_forward(official):
     """Oracle: the reference layout without padding, [BOS, patches, prompt[1:], '▁', 56 zero slots, </s>],
     full attention, positions 0..S-1, logits read at the 56 positions before each slot."""
     d, sd, (dino, siglip, llm) = official
-    policy = build_policy(ModelConfig(model_path=str(d), unnorm_key="bridge_orig", max_prompt_length=48))
+    policy = build_policy(OpenVLAOFTConfig(model_path=str(d), unnorm_key="bridge_orig", max_prompt_length=48))
     obs = _obs()
     inputs = policy.prepare_inputs(obs)
     with torch.no_grad():
@@ -149,7 +149,7 @@ def test_missing_tensor_is_named(official, tmp_path):
     del index["weight_map"][victim]
     (broken / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(CheckpointError, match=f"1 missing \\({victim}\\)"):
-        build_policy(ModelConfig(model_path=str(broken), unnorm_key="bridge_orig"))
+        build_policy(OpenVLAOFTConfig(model_path=str(broken), unnorm_key="bridge_orig"))
 
 
 def test_minimal_official_text_config_means_llama2_7b():
@@ -168,10 +168,10 @@ def test_minimal_official_text_config_means_llama2_7b():
 
 def test_checkpoint_errors_are_one_line(tmp_path):
     with pytest.raises(UserError, match="config.json not found.*make-model"):
-        build_policy(ModelConfig(model_path=str(tmp_path)))
+        build_policy(OpenVLAOFTConfig(model_path=str(tmp_path)))
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
     with pytest.raises(CheckpointError, match="model_type is 'llama', expected 'openvla'"):
-        build_policy(ModelConfig(model_path=str(tmp_path)))
+        build_policy(OpenVLAOFTConfig(model_path=str(tmp_path)))
 
 
 @pytest.fixture(scope="module")
@@ -182,14 +182,14 @@ def tiny(tmp_path_factory) -> Path:
 
 
 def test_save_load_round_trip_is_bit_exact(tiny, tmp_path):
-    cfg = ModelConfig(model_path=str(tiny), add_value_head=True, use_proprio=True, num_action_chunks=2)
+    cfg = OpenVLAOFTConfig(model_path=str(tiny), add_value_head=True, use_proprio=True, num_action_chunks=2)
     policy = build_policy(cfg)
     with torch.no_grad():  # move every weight away from its init so the test sees the saved values
         for p in policy.parameters():
             p.add_(torch.randn_like(p) * 0.01)
     policy.save_checkpoint(tmp_path / "ckpt")
     assert (tmp_path / "ckpt" / "value_head.safetensors").is_file() and (tmp_path / "ckpt" / "proprio_projector.safetensors").is_file()
-    again = build_policy(ModelConfig(model_path=str(tmp_path / "ckpt"), add_value_head=True, use_proprio=True, num_action_chunks=2))
+    again = build_policy(OpenVLAOFTConfig(model_path=str(tmp_path / "ckpt"), add_value_head=True, use_proprio=True, num_action_chunks=2))
     a, b = policy.state_dict(), again.state_dict()
     assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
     inputs = policy.prepare_inputs(_obs())
@@ -198,20 +198,20 @@ def test_save_load_round_trip_is_bit_exact(tiny, tmp_path):
     assert torch.equal(oa.logprobs, ob.logprobs) and torch.equal(oa.values, ob.values) and torch.equal(oa.actions, ob.actions)
     # A value head saved for action_level does not silently load as chunk_level.
     with pytest.raises(CheckpointError, match="value_head.safetensors.*shape-mismatched"):
-        build_policy(ModelConfig(model_path=str(tmp_path / "ckpt"), add_value_head=True, value_type="chunk_level", num_action_chunks=3))
+        build_policy(OpenVLAOFTConfig(model_path=str(tmp_path / "ckpt"), add_value_head=True, value_type="chunk_level", num_action_chunks=3))
 
 
 def test_critic_inside_the_main_weights_loads(tiny, tmp_path):
     """RLinf-style checkpoints keep `value_head.mlp.*` in model.safetensors."""
-    src = build_policy(ModelConfig(model_path=str(tiny), add_value_head=True, value_type="chunk_level"))
+    src = build_policy(OpenVLAOFTConfig(model_path=str(tiny), add_value_head=True, value_type="chunk_level"))
     src.save_checkpoint(tmp_path / "ck")
     main = load_file(str(tmp_path / "ck" / "model.safetensors"))
     main.update({f"value_head.{k}": v for k, v in load_file(str(tmp_path / "ck" / "value_head.safetensors")).items()})
     save_file(main, str(tmp_path / "ck" / "model.safetensors"))
     (tmp_path / "ck" / "value_head.safetensors").unlink()
-    again = build_policy(ModelConfig(model_path=str(tmp_path / "ck"), add_value_head=True, value_type="chunk_level"))
+    again = build_policy(OpenVLAOFTConfig(model_path=str(tmp_path / "ck"), add_value_head=True, value_type="chunk_level"))
     assert all(torch.equal(a, b) for a, b in zip(src.value_head.parameters(), again.value_head.parameters()))
-    build_policy(ModelConfig(model_path=str(tmp_path / "ck")))  # without a critic the extra tensors are skipped
+    build_policy(OpenVLAOFTConfig(model_path=str(tmp_path / "ck")))  # without a critic the extra tensors are skipped
 
 
 def test_sharded_write_round_trip(tmp_path):
@@ -224,12 +224,12 @@ def test_sharded_write_round_trip(tmp_path):
 
 def test_config_must_match_checkpoint(tiny):
     with pytest.raises(UserError, match="image_size=224 but the checkpoint is built for 56"):
-        build_policy(ModelConfig(model_path=str(tiny), image_size=224))
+        build_policy(OpenVLAOFTConfig(model_path=str(tiny), image_size=224))
     with pytest.raises(UserError, match="num_images_in_input=2 but this checkpoint was made for 1"):
-        build_policy(ModelConfig(model_path=str(tiny), num_images_in_input=2))
+        build_policy(OpenVLAOFTConfig(model_path=str(tiny), num_images_in_input=2))
     with pytest.raises(UserError, match="action_dim=6 but"):
-        build_policy(ModelConfig(model_path=str(tiny), action_dim=6))
+        build_policy(OpenVLAOFTConfig(model_path=str(tiny), action_dim=6))
     with pytest.raises(UserError, match="unnorm_key='bridge_orig' not in dataset_statistics.json; available keys: identity"):
-        build_policy(ModelConfig(model_path=str(tiny), unnorm_key="bridge_orig"))
+        build_policy(OpenVLAOFTConfig(model_path=str(tiny), unnorm_key="bridge_orig"))
     with pytest.raises(UserError, match="model_type='openvla' is unknown; available: openvla_oft"):
-        build_policy(ModelConfig(model_path=str(tiny), model_type="openvla"))
+        build_policy(OpenVLAOFTConfig(model_path=str(tiny), model_type="openvla"))

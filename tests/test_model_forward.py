@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from embodied_rl.config.schema.model import ModelConfig
 from embodied_rl.models import build_policy
 from embodied_rl.models.create import create_model
+from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
 from embodied_rl.types import EnvObservation
 
 IMG = 56
@@ -29,8 +29,8 @@ def make_obs(n: int = 2, seed: int = 0) -> EnvObservation:
                           task_descriptions=["pick up the red cube", "open the top drawer"][:n] + ["x"] * max(0, n - 2))
 
 
-def cfg(path: str, **kw) -> ModelConfig:
-    return ModelConfig(model_path=path, num_images_in_input=2, num_action_chunks=2, add_value_head=True, **{"value_type": "action_level", **kw})
+def cfg(path: str, **kw) -> OpenVLAOFTConfig:
+    return OpenVLAOFTConfig(model_path=path, num_images_in_input=2, num_action_chunks=2, add_value_head=True, **{"value_type": "action_level", **kw})
 
 
 def loss_of(policy, obs: EnvObservation) -> torch.Tensor:
@@ -89,7 +89,7 @@ def test_value_types_and_no_value_head(ckpt):
     chunk = build_policy(cfg(ckpt, value_type="chunk_level"))
     with torch.no_grad():
         assert chunk.predict(chunk.prepare_inputs(obs), do_sample=False).values.shape == (2, 1)
-    plain = build_policy(ModelConfig(model_path=ckpt, num_images_in_input=2, num_action_chunks=3))
+    plain = build_policy(OpenVLAOFTConfig(model_path=ckpt, num_images_in_input=2, num_action_chunks=3))
     with torch.no_grad():
         out = plain.predict(plain.prepare_inputs(obs), do_sample=False)
     assert out.values is None and out.actions.shape == (2, 3, 7)

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from embodied_rl.config.schema.model import ModelConfig
 from embodied_rl.errors import UserError
 from embodied_rl.models import build_policy
 from embodied_rl.models.create import create_model
+from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
 from embodied_rl.types import EnvObservation
 
 
@@ -27,8 +27,8 @@ def _obs() -> EnvObservation:
                           task_descriptions=["insert the peg", "turn on the stove"])
 
 
-def _lora_cfg(path, **kw) -> ModelConfig:
-    return ModelConfig(model_path=str(path), is_lora=True, lora_rank=4, lora_alpha=8, add_value_head=True, num_action_chunks=2, **kw)
+def _lora_cfg(path, **kw) -> OpenVLAOFTConfig:
+    return OpenVLAOFTConfig(model_path=str(path), is_lora=True, lora_rank=4, lora_alpha=8, add_value_head=True, num_action_chunks=2, **kw)
 
 
 def _trained_lora_policy(path):
@@ -47,7 +47,7 @@ def _greedy(policy):
 
 def test_adapters_round_trip_through_peft(tiny, tmp_path):
     policy = _trained_lora_policy(tiny)
-    base = build_policy(ModelConfig(model_path=str(tiny), num_action_chunks=2))
+    base = build_policy(OpenVLAOFTConfig(model_path=str(tiny), num_action_chunks=2))
     assert (_greedy(policy).logprobs - _greedy(base).logprobs).abs().max() > 1e-4  # adapters matter
     policy.save_checkpoint(tmp_path / "ck")
     cfg = json.loads((tmp_path / "ck" / "lora_adapter" / "adapter_config.json").read_text())
@@ -64,14 +64,14 @@ def test_adapters_round_trip_through_peft(tiny, tmp_path):
     torch.testing.assert_close(_greedy(again).values, ref.values, atol=1e-6, rtol=0)
     assert all(p.requires_grad == ("lora_" in n or n.startswith("value_head")) for n, p in via_path.named_parameters())
     with pytest.raises(UserError, match="holds LoRA adapters.*is_lora=true"):
-        build_policy(ModelConfig(model_path=str(tmp_path / "ck")))
+        build_policy(OpenVLAOFTConfig(model_path=str(tmp_path / "ck")))
 
 
 def test_merge_and_export_equals_adapted_model(tiny, tmp_path):
     policy = _trained_lora_policy(tiny)
     policy.export_merged(tmp_path / "merged")
     assert not (tmp_path / "merged" / "lora_adapter").exists()
-    merged = build_policy(ModelConfig(model_path=str(tmp_path / "merged"), add_value_head=True, num_action_chunks=2))
+    merged = build_policy(OpenVLAOFTConfig(model_path=str(tmp_path / "merged"), add_value_head=True, num_action_chunks=2))
     a, b = _greedy(policy), _greedy(merged)
     torch.testing.assert_close(b.logprobs, a.logprobs, atol=1e-5, rtol=0)
     torch.testing.assert_close(b.values, a.values, atol=1e-5, rtol=0)
@@ -93,12 +93,12 @@ def test_trainable_state_dict_syncs_weights(tiny):
     torch.testing.assert_close(_greedy(dst).logprobs, _greedy(src).logprobs, atol=0, rtol=0)
     with pytest.raises(ValueError, match="trainable state dict mismatch"):
         dst.load_trainable_state_dict({k: v for k, v in sd.items() if not k.startswith("value_head.")})
-    full = build_policy(ModelConfig(model_path=str(tiny)))
+    full = build_policy(OpenVLAOFTConfig(model_path=str(tiny)))
     assert set(full.trainable_state_dict()) == set(full.state_dict())
 
 
 def test_lora_target_modules_select_wrapped_layers(tiny):
-    policy = build_policy(ModelConfig(model_path=str(tiny), is_lora=True, lora_rank=2, lora_target_modules=["q_proj", "fc3"]))
+    policy = build_policy(OpenVLAOFTConfig(model_path=str(tiny), is_lora=True, lora_rank=2, lora_target_modules=["q_proj", "fc3"]))
     wrapped = {n.rsplit(".lora_A", 1)[0] for n, _ in policy.named_parameters() if ".lora_A" in n}
     assert wrapped and all(w.endswith(("q_proj", "projector.fc3")) for w in wrapped)
 
@@ -106,7 +106,7 @@ def test_lora_target_modules_select_wrapped_layers(tiny):
 def test_weights_a_checkpoint_lacks_are_the_same_in_every_process(tiny):
     """A value head / proprio projector the checkpoint does not hold starts from (init_seed,
     component): several rollout workers of an eval-only run (no weight sync) act alike."""
-    cfg = ModelConfig(model_path=str(tiny), use_proprio=True, proprio_dim=8, add_value_head=True)
+    cfg = OpenVLAOFTConfig(model_path=str(tiny), use_proprio=True, proprio_dim=8, add_value_head=True)
 
     def fresh(global_seed: int, init_seed: int) -> dict[str, torch.Tensor]:
         torch.manual_seed(global_seed)  # each worker process has its own RNG stream

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from embodied_rl.cli.make_model import make_model_main
-from embodied_rl.config.schema.model import ModelConfig
 from embodied_rl.errors import ConfigError, UserError
 from embodied_rl.models import build_policy
+from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
 from embodied_rl.models.openvla_oft.processor import ImageTransform, prompt_for
 from embodied_rl.types import EnvObservation
 
@@ -59,7 +59,7 @@ def _obs(n=2, wrist=True, state_dim=4) -> EnvObservation:
 
 
 def test_prompt_layout_left_padding_bos_first(tiny):
-    policy = build_policy(ModelConfig(model_path=str(tiny), num_images_in_input=2, max_prompt_length=40))
+    policy = build_policy(OpenVLAOFTConfig(model_path=str(tiny), num_images_in_input=2, max_prompt_length=40))
     inputs = policy.prepare_inputs(_obs())
     ids, mask = inputs["input_ids"], inputs["attention_mask"]
     tok = policy.tokenizer
@@ -75,11 +75,11 @@ def test_prompt_layout_left_padding_bos_first(tiny):
     assert inputs["images"].shape == (2, 6, 56, 56) and inputs["images"].dtype == torch.uint8  # 2 cameras
     assert policy.pixel_values(inputs).shape == (2, 12, 56, 56)  # 2 cameras x (DINOv2 + SigLIP)
     with pytest.raises(ConfigError, match="max_prompt_length=8 is too short"):
-        build_policy(ModelConfig(model_path=str(tiny), num_images_in_input=2, max_prompt_length=8)).prepare_inputs(_obs())
+        build_policy(OpenVLAOFTConfig(model_path=str(tiny), num_images_in_input=2, max_prompt_length=8)).prepare_inputs(_obs())
 
 
 def test_wrist_camera_and_proprio_inputs(tiny):
-    policy = build_policy(ModelConfig(model_path=str(tiny), num_images_in_input=2, use_proprio=True, proprio_dim=4))
+    policy = build_policy(OpenVLAOFTConfig(model_path=str(tiny), num_images_in_input=2, use_proprio=True, proprio_dim=4))
     with pytest.raises(ConfigError, match="num_images_in_input=2 but the env provides no wrist camera"):
         policy.prepare_inputs(_obs(wrist=False))
     inputs = policy.prepare_inputs(_obs())
@@ -119,19 +119,19 @@ def test_make_model_writes_official_layout(tiny, tmp_path):
 
 def test_config_rejects_bad_values():
     with pytest.raises(ConfigError, match="actor.model.value_type: got 'token'"):
-        ModelConfig(value_type="token")
+        OpenVLAOFTConfig(value_type="token")
     with pytest.raises(ConfigError, match="actor.model.lora_path: is set but is_lora is false"):
-        ModelConfig(lora_path="x")
+        OpenVLAOFTConfig(lora_path="x")
     with pytest.raises(ConfigError, match="actor.model.precision"):
-        ModelConfig(precision="int8")
+        OpenVLAOFTConfig(precision="int8")
 
 
 def test_center_crop_and_precision_keys_take_effect(tiny):
     obs = _obs()
-    crop = build_policy(ModelConfig(model_path=str(tiny), num_images_in_input=2, center_crop=True)).prepare_inputs(obs)
-    nocrop = build_policy(ModelConfig(model_path=str(tiny), num_images_in_input=2, center_crop=False)).prepare_inputs(obs)
+    crop = build_policy(OpenVLAOFTConfig(model_path=str(tiny), num_images_in_input=2, center_crop=True)).prepare_inputs(obs)
+    nocrop = build_policy(OpenVLAOFTConfig(model_path=str(tiny), num_images_in_input=2, center_crop=False)).prepare_inputs(obs)
     assert (crop["images"].float() - nocrop["images"].float()).abs().max() > 20
-    bf16 = build_policy(ModelConfig(model_path=str(tiny), num_images_in_input=2, precision="bf16", add_value_head=True))
+    bf16 = build_policy(OpenVLAOFTConfig(model_path=str(tiny), num_images_in_input=2, precision="bf16", add_value_head=True))
     assert all(p.dtype == torch.bfloat16 for p in bf16.parameters())
     with torch.no_grad():
         out = bf16.predict(bf16.prepare_inputs(obs), do_sample=True, temperature=1.0, top_k=0)

@@ -212,14 +212,14 @@ def test_export_cli_writes_a_plain_model_with_the_trained_weights(workdir: Path,
     import torch
     from safetensors.torch import load_file
 
-    from embodied_rl.config.schema.model import ModelConfig
     from embodied_rl.models import build_policy
+    from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
 
     out = workdir / "exported"
     run_cli("export", str(run_a), str(out), cwd=workdir)  # a run directory = its newest checkpoint
     assert (out / "config.json").is_file() and (out / "dataset_statistics.json").is_file()
     trained = load_file(str(run_a / "checkpoints" / "global_step_00000002" / "actor" / "trainable.safetensors"))
-    policy = build_policy(ModelConfig(model_path=str(out), add_value_head=True, value_type="chunk_level"),
+    policy = build_policy(OpenVLAOFTConfig(model_path=str(out), add_value_head=True, value_type="chunk_level"),
                           device="cpu", dtype=torch.float32)
     exported = policy.trainable_state_dict()
     assert sorted(exported) == sorted(trained)

@@ -23,7 +23,7 @@ from embodied_rl.config.overrides import apply_override, parse_override
 from embodied_rl.config.plan import plan_run
 from embodied_rl.config.rules import RuleSet, run_checks, run_plan_checks
 from embodied_rl.config.schema import RootConfig
-from embodied_rl.config.typecheck import MISSING, build
+from embodied_rl.config.typecheck import MISSING, build, defaults_tree
 from embodied_rl.distributed.resources import Resources, detect_resources
 from embodied_rl.errors import ConfigError
 
@@ -201,7 +201,7 @@ def compose(name_or_path: str, overrides: Sequence[str] = ()) -> dict[str, Any]:
         if ov.key in ("env.train", "env.eval") and isinstance(ov.value, str):
             picks[ov.key.split(".")[1]] = ov.value
 
-    tree = dataclasses.asdict(RootConfig())
+    tree = defaults_tree(RootConfig())
     dirs = env_config_dirs(experiment)
     for section, name in picks.items():
         env_yaml = read_env_config(find_env_config(name, section, dirs), dirs)

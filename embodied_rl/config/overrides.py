@@ -16,7 +16,12 @@ from typing import Any, Union
 import yaml
 
 from embodied_rl.config.schema import RootConfig
-from embodied_rl.config.typecheck import field_types, is_free_form, unknown_key_error
+from embodied_rl.config.typecheck import (
+    field_types,
+    is_free_form,
+    section_type,
+    unknown_key_error,
+)
 from embodied_rl.errors import ConfigError
 
 _KEY = re.compile(r"^[A-Za-z_][\w-]*(\.[A-Za-z_0-9][\w-]*)*$")
@@ -84,6 +89,8 @@ def apply_override(tree: dict[str, Any], ov: Override) -> None:
         path = f"{path}.{part}" if path else part
         if not isinstance(node, dict):
             raise ConfigError(f"override '{ov.text}': '{path}' is a value, not a section")
+        if dataclasses.is_dataclass(tp):
+            tp = section_type(tp, node)
     last = parts[-1]
     if ov.add:
         if _is_fixed(tp):
@@ -92,9 +99,9 @@ def apply_override(tree: dict[str, Any], ov: Override) -> None:
             raise unknown_key_error(path, last, list(node), hint=" ('+' only adds keys to free-form sections such as env.train.init_params)")
         node[last] = ov.value
         return
-    if last not in node:
+    if last not in node and not (_is_fixed(tp) and last in field_types(tp)):  # a subclass's key not yet in the tree
         _missing(node, tp, path, last, ov)
-    if isinstance(node[last], dict) and not isinstance(ov.value, dict) and typing.get_origin(_child_type(tp, last)) is dict:
+    if isinstance(node.get(last), dict) and not isinstance(ov.value, dict) and typing.get_origin(_child_type(tp, last)) is dict:
         raise ConfigError(f"override '{ov.text}': {ov.key} takes a mapping, got {ov.value!r}{_QUOTE_HINT.format(key=ov.key)}")
     node[last] = ov.value
 
@@ -103,4 +110,4 @@ def _missing(node: dict[str, Any], tp: Any, path: str, key: str, ov: Override) -
     full = f"{path}.{key}" if path else key
     if not _is_fixed(tp) and (is_free_form(tp) or tp is Any):
         raise ConfigError(f"'{full}' is not set; add it with '+{ov.text.lstrip('+')}'")
-    raise unknown_key_error(path, key, list(node))
+    raise unknown_key_error(path, key, list(field_types(tp)) if _is_fixed(tp) else list(node))

@@ -7,6 +7,7 @@ Literal, list[X] and dict[str, X].
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import types
@@ -56,13 +57,31 @@ def is_free_form(tp: Any) -> bool:
     return tp is dict or typing.get_origin(tp) is dict
 
 
+def section_type(tp: type, data: Any) -> type:
+    """The dataclass to build for a section of type `tp` holding `data`: `tp` itself, or for a
+    polymorphic section (a class with a `variant(data)` classmethod) the subclass its data names."""
+    variant = getattr(tp, "variant", None)
+    return variant(data if isinstance(data, dict) else {}) if variant is not None else tp
+
+
+def defaults_tree(obj: Any) -> dict[str, Any]:
+    """Schema defaults of dataclass `obj` as plain dicts. A polymorphic section holds only its
+    base class's keys; the subclass its data names fills in its own defaults when built."""
+    base = next((c for c in type(obj).__mro__ if "variant" in vars(c)), type(obj))
+    out = {}
+    for f in dataclasses.fields(base):
+        value = getattr(obj, f.name)
+        out[f.name] = defaults_tree(value) if dataclasses.is_dataclass(value) else copy.deepcopy(value)
+    return out
+
+
 def schema_paths(cls: type, prefix: str = "") -> list[str]:
     """Every dotted key of a dataclass schema, sections included (for suggestions and docs)."""
     out = []
     for name, tp in field_types(cls).items():
         out.append(join(prefix, name))
         if dataclasses.is_dataclass(tp):
-            out.extend(schema_paths(tp, join(prefix, name)))
+            out.extend(schema_paths(section_type(tp, {}), join(prefix, name)))
     return out
 
 
@@ -87,7 +106,7 @@ def unknown_key_error(path: str, key: str, valid: list[str], hint: str = "") -> 
     close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
     if close:
         return ConfigError(f"unknown key '{full}'; did you mean '{join(path, close[0])}'?{hint}")
-    elsewhere = [p for p in _root_paths() if p.rsplit(".", 1)[-1] == key]
+    elsewhere = [p for p in _root_paths() if p.rsplit(".", 1)[-1] == key and p != full]
     if elsewhere:  # right name, wrong section (e.g. algorithm.max_steps)
         return ConfigError(f"unknown key '{full}'; did you mean '{elsewhere[0]}'?{hint}")
     where = f"'{path}'" if path else "the top level"
@@ -173,6 +192,7 @@ def build(cls: type, data: Any, path: str) -> Any:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path or 'config'}: expected a section (mapping), got {data!r}")
+    cls = section_type(cls, data)
     types_ = field_types(cls)
     for key in data:
         if key not in types_:

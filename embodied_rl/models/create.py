@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from embodied_rl.config.schema.model import model_config
 from embodied_rl.errors import UserError
 from embodied_rl.models.registry import PRECISION_DTYPES, policy_class
 
@@ -23,13 +24,11 @@ def create_model(preset: str, out_dir: str | Path, *, model_type: str = "openvla
                  precision: str = "fp32", seed: int = 0) -> CreatedModel:
     """Write preset `preset` of `model_type` (weights seeded by `seed`, identity action statistics
     under `unnorm_key`) to `out_dir`, which must be empty or absent."""
-    from embodied_rl.config.schema.model import ModelConfig
-
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()):
         raise UserError(f"{out} exists and is not empty; choose a new directory")
     torch.manual_seed(seed)
-    cfg = ModelConfig(model_type=model_type, model_path=str(out), action_dim=action_dim, num_images_in_input=num_images,
+    cfg = model_config(model_type, model_path=str(out), action_dim=action_dim, num_images_in_input=num_images,
                       proprio_dim=proprio_dim, unnorm_key=unnorm_key)
     policy = policy_class(model_type).from_preset(
         preset, cfg, dtype=PRECISION_DTYPES[precision], image_size=image_size, action_dim=action_dim,

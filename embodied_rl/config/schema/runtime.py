@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from embodied_rl.config.schema.env import EnvConfig
-from embodied_rl.config.schema.model import ModelConfig
+from embodied_rl.config.schema.model import ModelConfig, model_config
 
 Dtype = Literal["fp32", "bf16", "fp16"]
 LoggerBackend = Literal["console", "tensorboard", "wandb"]
@@ -130,6 +130,6 @@ class ActorConfig:
     global_batch_size: int | None = field(default=None, metadata={"help": "Samples (chunks) per optimizer step over all actor ranks; a multiple of micro_batch_size x actor processes that divides the rollout batch. null = the whole rollout batch (one optimizer step per update epoch), derived from the machine at start."})
     enable_offload: bool = field(default=False, metadata={"help": "Move weights, gradients and optimizer state to CPU while the rollout runs (collocated placement)."})
     seed: int = field(default="${runner.seed}", metadata={"help": "Seed of parameter initialisation (value head, LoRA) and minibatch shuffling."})  # type: ignore[assignment]
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: ModelConfig = field(default_factory=model_config)
     optim: OptimConfig = field(default_factory=OptimConfig)
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)

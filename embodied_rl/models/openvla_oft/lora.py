@@ -19,14 +19,14 @@ from torch import nn
 from embodied_rl.errors import UserError
 
 if TYPE_CHECKING:
-    from embodied_rl.config.schema.model import ModelConfig
+    from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
 
 ADAPTER_DIR = "lora_adapter"
 # A frozen copy of adapters loaded with the checkpoint: the KL reference when RL starts from them.
 REFERENCE_ADAPTER = "kl_reference"
 
 
-def apply_lora(core: nn.Module, cfg: ModelConfig, adapter_dir: str | Path | None) -> PeftModel:
+def apply_lora(core: nn.Module, cfg: OpenVLAOFTConfig, adapter_dir: str | Path | None) -> PeftModel:
     """Wrap `core`: load adapters from `adapter_dir` (trainable), or add fresh ones (B = 0, so outputs are unchanged)."""
     if adapter_dir is not None:
         if not (Path(adapter_dir) / "adapter_config.json").is_file():

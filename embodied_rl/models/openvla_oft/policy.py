@@ -15,7 +15,6 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerFast
 
-from embodied_rl.config.schema.model import ModelConfig
 from embodied_rl.errors import CheckpointError, ConfigError
 from embodied_rl.models.base import BasePolicy, PolicyOutput
 from embodied_rl.models.openvla_oft import checkpoint as ckpt
@@ -29,6 +28,7 @@ from embodied_rl.models.openvla_oft.actions import (
     resolve_unnorm_key,
 )
 from embodied_rl.models.openvla_oft.arch_config import OpenVLAArchConfig
+from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
 from embodied_rl.models.openvla_oft.heads import ProprioProjector, ValueHead
 from embodied_rl.models.openvla_oft.modeling import (
     OpenVLAOFTModel,
@@ -78,7 +78,7 @@ class OpenVLAOFTPolicy(BasePolicy):
     """Inputs (batch-first): input_ids/attention_mask int64 [B, L] (left-padded, BOS first),
     images uint8 [B, 3*N_img, S, S] (resized cameras, normalised inside forward), proprio float32 [B, D] (normalised)."""
 
-    def __init__(self, model_cfg: ModelConfig, arch: OpenVLAArchConfig, tokenizer: Any, stats: dict[str, Any],
+    def __init__(self, model_cfg: OpenVLAOFTConfig, arch: OpenVLAArchConfig, tokenizer: Any, stats: dict[str, Any],
                  image_norm: tuple[list, list] | None = None) -> None:
         """image_norm: per-tower (means, stds); None = the timm towers' own normalisation."""
         super().__init__()
@@ -281,7 +281,7 @@ class OpenVLAOFTPolicy(BasePolicy):
             lora.save_adapters(self.vla, out)
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, model_cfg: ModelConfig, *, device: torch.device | str = "cpu",
+    def from_checkpoint(cls, path: str | Path, model_cfg: OpenVLAOFTConfig, *, device: torch.device | str = "cpu",
                         dtype: torch.dtype | None = None, warn_untrained_value_head: bool = True,
                         init_seed: int = 0) -> OpenVLAOFTPolicy:
         path, device = Path(path), torch.device(device)
@@ -319,7 +319,7 @@ class OpenVLAOFTPolicy(BasePolicy):
         return _place(self, device, dtype or torch.float32)
 
     @classmethod
-    def from_preset(cls, preset: str, model_cfg: ModelConfig, *, device: torch.device | str = "cpu",
+    def from_preset(cls, preset: str, model_cfg: OpenVLAOFTConfig, *, device: torch.device | str = "cpu",
                     dtype: torch.dtype | None = None, **preset_kwargs: Any) -> OpenVLAOFTPolicy:
         """Random-init policy of a named architecture preset (tiny | openvla-7b), built directly on `device`."""
         from embodied_rl.models.openvla_oft.presets import make_preset

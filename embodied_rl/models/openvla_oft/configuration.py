@@ -1,0 +1,37 @@
+"""`actor.model` keys of `model_type: openvla_oft`, beside the model they configure.
+
+The keys stay flat in `actor.model` (RLinf's layout); the loader builds this class when
+`model_type` is openvla_oft. Defaults reproduce the official OpenVLA-OFT inference set-up.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from embodied_rl.config.schema.model import (
+    ModelConfig,
+    model_key_error,
+    register_model_config,
+)
+
+# Every linear layer of the two ViTs, the projector and the Llama-style LLM, plus lm_head.
+LORA_TARGETS = ["proj", "qkv", "fc1", "fc2", "q", "kv", "fc3", "out_proj", "q_proj", "k_proj", "v_proj", "o_proj",
+                "gate_proj", "up_proj", "down_proj", "lm_head"]
+
+
+@register_model_config("openvla_oft")
+@dataclass
+class OpenVLAOFTConfig(ModelConfig):
+    center_crop: bool = field(default=True, metadata={"help": "Apply the OFT evaluation centre crop (90% of the area, resized back) before normalisation."})
+    max_prompt_length: int = field(default=64, metadata={"help": "Prompt tokens (BOS..'▁') left-padded to this fixed length so rollout batches stack; longer prompts are an error."})
+    append_stop_token: bool = field(default=True, metadata={"help": "End the sequence with '</s>' after the action slots (official OFT training layout); false = RLinf's layout without it."})
+    attention_mode: str = field(default="bidirectional", metadata={"help": "bidirectional (OpenVLA-OFT's parallel decoding) | causal (only for checkpoints trained with a causal mask, e.g. by stock-transformers RLinf runs)."})
+    lora_target_modules: list[str] = field(default_factory=lambda: list(LORA_TARGETS), metadata={"help": "Module-name suffixes wrapped with LoRA (peft matching)."})
+
+    def validate(self) -> None:
+        super().validate()
+        if self.attention_mode not in ("bidirectional", "causal"):
+            raise model_key_error("attention_mode", f"got {self.attention_mode!r}, expected one of bidirectional, causal")
+        if self.max_prompt_length < 1:
+            raise model_key_error("max_prompt_length", f"must be >= 1, got {self.max_prompt_length}")
+        if not self.lora_target_modules:
+            raise model_key_error("lora_target_modules", "must name at least one module")
