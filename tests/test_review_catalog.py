@@ -22,7 +22,7 @@ def _video(path: Path, codec: str) -> None:
 
 
 def _sidecar(path: Path, **fields) -> None:
-    data = {"schema_version": 1, "run_name": "r", "mode": "train", "global_step": 4, "checkpoint_step": 4,
+    data = {"schema_version": 2, "run_name": "r", "mode": "train", "global_step": 4, "policy_version": 4,
             "env_worker": 0, "stage": 0, "simulator": "maniskill", "video": "w.mp4", "fps": 5,
             "num_frames": 5, "grid": {"rows": 1, "cols": 1, "tile_height": 32, "tile_width": 64, "num_envs": 1},
             "episodes": []}

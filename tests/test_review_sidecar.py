@@ -11,7 +11,7 @@ from embodied_rl.review.metrics import read_metrics
 from embodied_rl.review.sidecar import load_sidecar, parse_sidecar
 
 GOOD = {
-    "schema_version": 1, "run_name": "exp", "mode": "train", "global_step": 3, "checkpoint_step": 3,
+    "schema_version": 2, "run_name": "exp", "mode": "train", "global_step": 3, "policy_version": 3,
     "env_worker": 0, "stage": 0, "simulator": "maniskill", "video": "worker0_stage0.mp4", "fps": 20,
     "num_frames": 100, "grid": {"rows": 1, "cols": 2, "tile_height": 128, "tile_width": 256, "num_envs": 2},
     "episodes": [{"env_index": 0, "task_id": "PickCube-v1", "instruction": "pick up the red cube",
@@ -49,9 +49,15 @@ def test_problems_become_warnings_not_errors():
     assert not parse_sidecar(_with(ep_frame_start=50, ep_frame_end=50)).episodes[0].seekable
     assert parse_sidecar(_with(ep_env_index=5)).episodes[0].env_index is None
     assert parse_sidecar(_with(grid={"rows": 1})).grid is None
-    assert "schema_version 2" in parse_sidecar(_with(schema_version=2)).warnings[0]
+    assert "schema_version 3" in parse_sidecar(_with(schema_version=3)).warnings[0]
     assert parse_sidecar(_with(episodes=[1, GOOD["episodes"][0]])).episodes[0].task_id == "PickCube-v1"
     assert parse_sidecar([1, 2]).warnings == ["sidecar: top level is not a JSON object"]
+
+
+def test_version_1_sidecars_read_without_warnings():
+    old = {("checkpoint_step" if k == "policy_version" else k): v for k, v in GOOD.items()} | {"schema_version": 1}
+    side = parse_sidecar(old)
+    assert side.policy_version == 3 and not side.warnings
 
 
 def test_episodes_cut_before_their_first_action_are_stubs():

@@ -14,7 +14,7 @@ from embodied_rl.envs.video import VideoRecorder, grid_shape
 from embodied_rl.review.sidecar import load_sidecar
 from embodied_rl.types import EnvObservation
 
-SIDECAR_KEYS = {"schema_version", "run_name", "mode", "global_step", "checkpoint_step", "env_worker", "stage",
+SIDECAR_KEYS = {"schema_version", "run_name", "mode", "global_step", "policy_version", "env_worker", "stage",
                 "simulator", "video", "fps", "num_frames", "grid", "episodes"}
 EPISODE_KEYS = {"env_index", "task_id", "instruction", "reset_id", "return", "success", "success_once",
                 "success_at_end", "length", "frame_start", "frame_end", "failed"}
@@ -30,7 +30,7 @@ def test_recorded_rollout_decodes_and_sidecar_matches(tmp_path):
     )
     env = make_env(cfg, 2, video_dir=str(tmp_path / "video" / "train"), env_worker=1, stage=0)
     try:
-        env.begin_video(global_step=7, checkpoint_step=6, mode="train", run_name="vid-test")
+        env.begin_video(global_step=7, policy_version=6, mode="train", run_name="vid-test")
         env.reset()
         ran = []
         for k in range(3):
@@ -46,7 +46,7 @@ def test_recorded_rollout_decodes_and_sidecar_matches(tmp_path):
     side = json.loads((tmp_path / "video" / "train" / "step_000007" / "worker1_stage0.json").read_text())
     assert SIDECAR_KEYS <= set(side)
     assert side["grid"] == {"rows": 1, "cols": 2, "tile_height": 128, "tile_width": 256, "num_envs": 2}
-    assert (side["num_frames"], side["fps"], side["global_step"], side["checkpoint_step"]) == (9, 10, 7, 6)
+    assert (side["num_frames"], side["fps"], side["global_step"], side["policy_version"]) == (9, 10, 7, 6)
     assert (side["mode"], side["run_name"], side["simulator"], side["env_worker"]) == ("train", "vid-test", "maniskill", 1)
     finished = [e for e in side["episodes"] if e["finished"]]
     assert all(EPISODE_KEYS <= set(e) for e in side["episodes"])
@@ -73,7 +73,7 @@ def test_auto_reset_at_the_last_chunk_boundary_leaves_a_one_frame_stub(tmp_path)
     )
     env = make_env(cfg, 1, video_dir=str(tmp_path / "video" / "train"))
     try:
-        env.begin_video(global_step=1, checkpoint_step=1, mode="train", run_name="stub-test")
+        env.begin_video(global_step=1, policy_version=1, mode="train", run_name="stub-test")
         env.reset()
         ran = [e for _ in range(2) for e in env.chunk_step(np.zeros((1, 2, 7), np.float32)).episodes]
         path = env.end_video()

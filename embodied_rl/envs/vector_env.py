@@ -271,11 +271,11 @@ class ChunkedVectorEnv:
         """Means over the episodes finished since the last call, overall and per task (envs/metrics.py)."""
         return episode_metrics(self.pop_episodes())
 
-    def begin_video(self, global_step: int, checkpoint_step: int, mode: str, run_name: str) -> None:
+    def begin_video(self, global_step: int, policy_version: int, mode: str, run_name: str) -> None:
         """Start recording (no-op without `video_cfg.save_video`); call before the epoch's reset()."""
         if self.recorder is None:
             return
-        self.recorder.begin(global_step, checkpoint_step, mode, run_name)
+        self.recorder.begin(global_step, policy_version, mode, run_name)
         if self._obs is not None:  # episodes already running: they appear from this frame on
             self._start_recording_running()
 

@@ -34,7 +34,7 @@ from embodied_rl.types import EnvObservation, EpisodeSummary
 # Ctrl-C also reaches ffmpeg, which then finishes the file it is writing.
 os.environ.setdefault("IMAGEIO_FFMPEG_NO_PREVENT_SIGINT", "1")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MIN_TILE_HEIGHT = 128  # tiles are upscaled (integer factor) to this height so text stays legible
 
 
@@ -92,7 +92,7 @@ class VideoRecorder:
         self._grid: dict[str, int] | None = None
 
     # ------------------------------------------------------------------ API
-    def begin(self, global_step: int, checkpoint_step: int, mode: str, run_name: str) -> None:
+    def begin(self, global_step: int, policy_version: int, mode: str, run_name: str) -> None:
         if self.recording:
             raise RuntimeError("VideoRecorder.begin() while a video is being recorded; call end() first")
         if mode not in ("train", "eval"):
@@ -100,7 +100,7 @@ class VideoRecorder:
         out_dir = os.path.join(self.base_dir, f"step_{global_step:06d}")
         os.makedirs(out_dir, exist_ok=True)
         self._path = os.path.join(out_dir, f"{self.tag}.mp4")
-        self._meta = {"run_name": run_name, "mode": mode, "global_step": int(global_step), "checkpoint_step": int(checkpoint_step)}
+        self._meta = {"run_name": run_name, "mode": mode, "global_step": int(global_step), "policy_version": int(policy_version)}
         self._episodes, self._open, self._num_frames, self._grid, self._error = [], {}, 0, None, None
         self._queue = queue.Queue(maxsize=self.queue_size)
         self._thread = threading.Thread(target=self._encode_loop, name=f"video-{self.tag}", daemon=True)

@@ -104,7 +104,7 @@ def _video_entry(run: Run, rel_dir: str, mode: str, step: int, stem: str,
         "sources": [{"url": url_for(run, f"{rel_dir}/{v.name}"), "type": VIDEO_TYPES[v.suffix.lower()]}
                     for v in videos],
         "sidecar_url": url_for(run, f"{rel_dir}/{sidecar_path.name}") if sidecar_path else None,
-        "checkpoint_step": side.checkpoint_step, "env_worker": side.env_worker, "stage": side.stage,
+        "policy_version": side.policy_version, "env_worker": side.env_worker, "stage": side.stage,
         "simulator": side.simulator, "fps": side.fps, "num_frames": side.num_frames, "grid": side.grid,
         "warnings": warnings,
         "episodes": [dict(ep.to_json(), id=f"{video_id}#{k}") for k, ep in enumerate(side.episodes)],

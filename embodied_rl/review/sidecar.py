@@ -1,6 +1,6 @@
 """Read and validate the JSON sidecar the env recorder writes next to every rollout video.
 
-The schema (version 1) is produced by `embodied_rl/envs/video.py`. A sidecar that is missing,
+The schema (version 2) is produced by `embodied_rl/envs/video.py`. A sidecar that is missing,
 unreadable or partly invalid never stops the review page: every problem becomes a warning
 string shown next to that video, and whatever could be validated is still used.
 """
@@ -12,7 +12,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_args, get_type_hints
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Keys renamed since version 1, read under their new name from older sidecars.
+_V1_KEYS = {"checkpoint_step": "policy_version"}
 MODES = ("train", "eval")
 
 _GRID_FIELDS = ("rows", "cols", "tile_height", "tile_width", "num_envs")
@@ -60,7 +62,7 @@ class Sidecar:
     run_name: str | None = None
     mode: str | None = None
     global_step: int | None = None
-    checkpoint_step: int | None = None
+    policy_version: int | None = None  # training steps behind the weights that acted
     env_worker: int | None = None
     stage: int | None = None
     simulator: str | None = None
@@ -172,7 +174,9 @@ def parse_sidecar(data: Any) -> Sidecar:
         side.warnings.append("sidecar: top level is not a JSON object")
         return side
     version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if version == 1:
+        data = {_V1_KEYS.get(k, k): v for k, v in data.items()}
+    elif version != SCHEMA_VERSION:
         side.warnings.append(
             f"sidecar: schema_version {version!r} is not {SCHEMA_VERSION}; "
             "fields were read on a best-effort basis (use a matching embodied_rl version)")

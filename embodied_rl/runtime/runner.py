@@ -133,7 +133,7 @@ class EmbodiedRunner:
         workers' previous epoch over (another scoring of the same initial states)."""
         g, steps = self.groups, chunk_steps_per_epoch(self.cfg, mode)
         video_step = self.global_step + 1 if mode == "train" else self.global_step
-        env_call = g.env.interact(steps, mode, global_step=video_step, checkpoint_step=self.version,
+        env_call = g.env.interact(steps, mode, global_step=video_step, policy_version=self.version,
                                   reset_ids=reset_ids, fixed_epoch=fixed_epoch, video=video, repeat_states=repeat_states)
         roll_call = g.rollout.generate(steps, mode, scoring=scoring, eval_epoch=fixed_epoch)
         env_out, roll_out = env_call.wait(), roll_call.wait()

@@ -104,7 +104,7 @@ class EnvWorker:
         mode: str = "train",
         *,
         global_step: int = 0,
-        checkpoint_step: int = 0,
+        policy_version: int = 0,
         reset_ids: list[int] | None = None,
         fixed_epoch: int = 0,
         video: bool = True,
@@ -128,7 +128,7 @@ class EnvWorker:
                 start = (self.rank * self.stages + s) * n
                 env.set_reset_ids(reset_ids[start : start + n])
             if video:
-                env.begin_video(global_step, checkpoint_step, mode, self.run_name)
+                env.begin_video(global_step, policy_version, mode, self.run_name)
         timer = Timer("step", "wait_actions")
         for s, env in enumerate(envs):
             with timer("step"):

@@ -198,7 +198,7 @@
         ["Success once", yesNo(ep.success_once)], ["Success at end", yesNo(ep.success_at_end)],
         ["Task", ep.task_id], ["Instruction", ep.instruction],
         ["Run", v.run_name], ["Mode", v.mode], ["Global step", v.global_step],
-        ["Checkpoint step", v.checkpoint_step],
+        ["Policy version (steps trained)", v.policy_version],
         ["Return", R.num(ep.return, 3)], ["Length", ep.length],
         ["Env index", ep.env_index], ["Reset id", ep.reset_id],
         ["Worker / stage", v.env_worker != null ? `${v.env_worker} / ${v.stage}` : null],
