@@ -57,12 +57,13 @@ class Episode:
 @dataclass
 class Sidecar:
     """Validated content of one sidecar; the fields up to `num_frames` are read from the file's
-    top level (None where it lacked a valid value)."""
+    top level (None where it lacked a valid value). `policy_version`: the training steps behind
+    the weights that acted (0 = the starting policy)."""
 
     run_name: str | None = None
     mode: str | None = None
     global_step: int | None = None
-    policy_version: int | None = None  # training steps behind the weights that acted
+    policy_version: int | None = None
     env_worker: int | None = None
     stage: int | None = None
     simulator: str | None = None
