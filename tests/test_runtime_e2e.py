@@ -86,7 +86,7 @@ actor:
 
 def learning_metrics(row: dict) -> dict:
     """Everything but wall-clock figures, which differ between runs by nature."""
-    return {k: v for k, v in row.items() if k != "time" and not k.startswith("time/")}
+    return {k: v for k, v in row.items() if k != "time" and not k.startswith(("time/", "channel/"))}
 
 
 @pytest.fixture(scope="module")

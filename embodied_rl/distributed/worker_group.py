@@ -2,7 +2,7 @@
 
 `RayCluster` starts Ray locally (or joins `cluster.address` / $RAY_ADDRESS), then reserves one
 placement-group bundle per slot: {"GPU": 1, "CPU": 1} on GPU clusters, {"CPU": 1} on machines
-without GPUs. `WorkerGroup` launches one actor per process of a component, each pinned to its
+without GPUs, each pinned to its slot's node (distributed/nodes.py). `WorkerGroup` launches one actor per process of a component, each pinned to its
 slot's bundle with a 1/occupancy share of it, so collocated components fit (e.g. env, rollout
 and actor all on slot 0 of a 2-core box).
 """
@@ -17,6 +17,7 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from embodied_rl.distributed.nodes import bundle_selectors, slot_nodes
 from embodied_rl.distributed.placement import Placement, parse_component_placement
 from embodied_rl.distributed.resources import (
     Resources,
@@ -72,8 +73,13 @@ class RayCluster:
         self.accelerator, self.num_slots = found.accelerator, found.num_slots
         self.num_nodes, self.slots_per_node = num_nodes, found.slots_per_node
         bundle = {"GPU": 1.0, "CPU": 1.0} if found.accelerator == "gpu" else {"CPU": 1.0}
-        # PACK fills nodes in order, so bundle r is on node r // slots_per_node.
-        self.pg = placement_group([dict(bundle) for _ in range(self.num_slots)], strategy="PACK")
+        try:
+            self.slot_node_ids = slot_nodes(ray.nodes(), num_nodes, self.slots_per_node, bundle)
+        except ConfigError:
+            self.shutdown()
+            raise
+        self.pg = placement_group([dict(bundle) for _ in range(self.num_slots)], strategy="PACK",
+                                  bundle_label_selector=bundle_selectors(self.slot_node_ids))
         if not self.pg.wait(timeout_seconds=wait_nodes_s):
             self.shutdown()
             raise ConfigError(f"could not reserve {self.num_slots} x {bundle} in Ray within {wait_nodes_s:.0f} s; are other jobs holding them?")
@@ -248,6 +254,10 @@ class WorkerGroup:
             raise AttributeError(f"{type(self).__name__} of {self.__dict__.get('name')}: its workers have no public method {method!r}")  # noqa: TRY004 - getattr protocol
         return GroupMethod(self, method, inspect.signature(fn))
 
+    def node_ids(self, timeout: float | None = 60.0) -> list[str]:
+        """The Ray node each rank runs on, asked of the actors themselves."""
+        return self.gather([w.__ray_call__.remote(_node_id) for w in self.workers], timeout)
+
     def gather(self, refs: Sequence[ray.ObjectRef], timeout: float | None = None) -> list[Any]:
         """Results of `refs` in rank order (`gather_ranks`)."""
         return gather_ranks(refs, self.name, timeout)
@@ -256,3 +266,7 @@ class WorkerGroup:
         for w in self.workers:
             ray.kill(w, no_restart=True)
         self.workers = []
+
+
+def _node_id(_worker: Any) -> str:
+    return ray.get_runtime_context().get_node_id()

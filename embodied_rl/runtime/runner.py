@@ -80,6 +80,7 @@ class EmbodiedRunner:
         video_dirs = {"train": cfg.env.train.video_cfg.video_base_dir, "eval": cfg.env.eval.video_cfg.video_base_dir}
         self.groups = build_groups(cfg, with_actor="actor" in components(cfg), run_name=self.run_name, video_dirs=video_dirs)
         write_environment(self.run_dir, self.groups.env.simulator_facts().wait())
+        self.groups.record_placement(self.run_dir)
         if self.sft:
             from embodied_rl.demos.sft_data import sft_statistics
 
@@ -137,7 +138,7 @@ class EmbodiedRunner:
                                   reset_ids=reset_ids, fixed_epoch=fixed_epoch, video=video, repeat_states=repeat_states)
         roll_call = g.rollout.generate(steps, mode, scoring=scoring, eval_epoch=fixed_epoch)
         env_out, roll_out = env_call.wait(), roll_call.wait()
-        times = {key: max(r[1][key] for r in roll_out) for key in roll_out[0][1]}  # the slowest worker's
+        times = _combine_worker_metrics([r[1] for r in roll_out])
         traj = concat_trajectories([r[0] for r in roll_out]) if mode == "train" else None
         return traj, env_out, times
 
@@ -217,7 +218,7 @@ class EmbodiedRunner:
                 _, env_out, roll_times = self.rollout("eval", ids[k] if ids else None, fixed_epoch=k, video=k == 0 and j == 0,
                                                       scoring=scoring, repeat_states=j > 0)
                 parts[scoring] += env_out
-                times = {key: times.get(key, 0.0) + v for key, v in roll_times.items()}
+                times = {key: times.get(key, 0.0) + v for key, v in roll_times.items() if key.startswith("time/")}
                 if episodes:
                     outcomes[scoring] += [(k, o) for worker in self.groups.env.last_episodes().wait() for o in worker]
         metrics: dict[str, float] = {}
@@ -419,10 +420,19 @@ def _eval_summary(metrics: dict[str, float], scorings: list[str]) -> str:
 
 
 def _merge_env_metrics(parts: list[dict[str, float]], prefix: str) -> dict[str, float]:
-    """Episode-weighted means over env workers, renamed env/* -> <prefix>/*; time/* as the slowest worker's."""
-    out = {f"{prefix}/{k[4:]}": v for k, v in merge_metrics(parts, "env/").items()}
-    for key in {k for p in parts for k in p if k.startswith("time/")}:
-        out[key] = max(p[key] for p in parts if key in p)
+    """Episode-weighted means over env workers, renamed env/* -> <prefix>/*; time/* and channel/* combined."""
+    return {**{f"{prefix}/{k[4:]}": v for k, v in merge_metrics(parts, "env/").items()}, **_combine_worker_metrics(parts)}
+
+
+def _combine_worker_metrics(parts: list[dict[str, float]]) -> dict[str, float]:
+    """time/* as the slowest worker's, channel/* counters summed over workers."""
+    out = {}
+    for key in {k for p in parts for k in p}:
+        values = [p[key] for p in parts if key in p]
+        if key.startswith("time/"):
+            out[key] = max(values)
+        elif key.startswith("channel/"):
+            out[key] = sum(values)
     return out
 
 

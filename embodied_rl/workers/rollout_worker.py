@@ -109,7 +109,7 @@ class RolloutWorker:
                     self._act(rec[s], msgs, s, t, n_chunk_steps, spec, keep, generator)
         if self.enable_offload:
             self.offload()
-        metrics = timer.metrics("time/rollout/")
+        metrics = {**timer.metrics("time/rollout/"), **self.wiring.actions.take_counts()}
         if not keep:
             return None, metrics
         traj = self._build(rec)
