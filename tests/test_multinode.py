@@ -110,7 +110,7 @@ def _train(workdir: Path, name: str, mode: str, *extra: str) -> Path:
 
 
 def _route_messages(row: dict, route: str) -> float:
-    return sum(v for k, v in row.items() if k.startswith("channel/env_buffer_list/") and k.endswith(f"/{route}_messages"))
+    return sum(v for k, v in row.items() if k.startswith("channel/obs/") and k.endswith(f"/{route}_messages"))
 
 
 @pytest.mark.parametrize("mode", list(MODES))

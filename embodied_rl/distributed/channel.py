@@ -192,14 +192,14 @@ class Channel:
             local.routes[key] = "shm" if nodes == [local.node_id] else "ray"
         return local.routes[key]
 
-    def take_counts(self) -> dict[str, float]:
+    def take_counts(self, label: str) -> dict[str, float]:
         """Messages and payload bytes this process put since the last call, per route (inline,
-        shm, ray) as `channel/<name>/<route>_{messages,bytes}`; the counters restart at zero."""
+        shm, ray) as `channel/<label>/<route>_{messages,bytes}`; the counters restart at zero."""
         local = self._local()
         out = {}
         for route, (messages, nbytes) in sorted(local.sent.items()):
-            out[f"channel/{self.name}/{route}_messages"] = float(messages)
-            out[f"channel/{self.name}/{route}_bytes"] = float(nbytes)
+            out[f"channel/{label}/{route}_messages"] = float(messages)
+            out[f"channel/{label}/{route}_bytes"] = float(nbytes)
         local.sent.clear()
         return out
 

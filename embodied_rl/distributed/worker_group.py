@@ -25,6 +25,7 @@ from embodied_rl.distributed.resources import (
     local_cpu_count,
     ray_address,
 )
+from embodied_rl.distributed.traffic import TRAFFIC, payload_bytes
 from embodied_rl.errors import ConfigError, UserError
 
 
@@ -143,7 +144,9 @@ def gather_ranks(refs: Sequence[ray.ObjectRef], name: str, timeout: float | None
     if pending and not failed:
         raise WorkerError(f"{name}: {len(pending)} of {len(refs)} workers did not finish within {timeout} s")
     if not failed:
-        return ray.get(refs)
+        results = ray.get(refs)
+        TRAFFIC.received += payload_bytes(results)
+        return results
     reports, first = [], None
     for rank, ref in enumerate(refs):
         if ref in pending:
@@ -190,6 +193,7 @@ class GroupMethod:
 
     def __call__(self, *args: Any, **kwargs: Any) -> GroupCall:
         self._check(args, kwargs)
+        TRAFFIC.sent += payload_bytes((args, kwargs)) * self.group.world_size
         return GroupCall(self.group, [getattr(w, self.name).remote(*args, **kwargs) for w in self.group.workers])
 
     def each(self, per_rank_args: Sequence[Sequence[Any]]) -> GroupCall:
@@ -198,6 +202,7 @@ class GroupMethod:
                              f"{self.group.world_size} workers")
         for args in per_rank_args:
             self._check(args, {})
+        TRAFFIC.sent += payload_bytes(per_rank_args)
         return GroupCall(self.group, [getattr(w, self.name).remote(*a) for w, a in zip(self.group.workers, per_rank_args)])
 
 

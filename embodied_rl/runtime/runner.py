@@ -28,9 +28,6 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
-import ray
-
-from embodied_rl.algorithms import RunningRewardStats, compute_advantages
 from embodied_rl.config.loader import to_yaml
 from embodied_rl.config.plan import (
     chunk_steps_per_epoch,
@@ -40,6 +37,7 @@ from embodied_rl.config.plan import (
 )
 from embodied_rl.config.schema import RootConfig
 from embodied_rl.distributed.rng import seed_everything
+from embodied_rl.distributed.traffic import TRAFFIC
 from embodied_rl.envs.metrics import merge_metrics
 from embodied_rl.evaluation.intervals import add_success_intervals, format_rate
 from embodied_rl.evaluation.provenance import write_environment
@@ -48,8 +46,7 @@ from embodied_rl.runtime.groups import Groups, build_groups
 from embodied_rl.runtime.metrics_logger import MetricsLogger
 from embodied_rl.timing import Timer
 from embodied_rl.types import EpisodeOutcome
-from embodied_rl.workers.actor.batch import actor_batch
-from embodied_rl.workers.protocol import Trajectory, concat_trajectories
+from embodied_rl.workers.protocol import Trajectory
 
 if TYPE_CHECKING:
     from embodied_rl.evaluation.compare import PolicySource
@@ -65,7 +62,6 @@ class EmbodiedRunner:
         self.run_name = cfg.runner.experiment_name
         self.global_step = 0
         self.version = 0
-        self.reward_stats = RunningRewardStats() if cfg.algorithm.reward_norm == "running" else None
         self.sft = cfg.runner.paradigm == "sft" and not cfg.runner.only_eval
         # Normalisation statistics that replace the model's: SFT's (from its demos), or those
         # of the SFT checkpoint an eval loads. None: the model's own.
@@ -101,8 +97,8 @@ class EmbodiedRunner:
         self.version = self.groups.actor.load_checkpoint(str(ckpt.actor_dir(path))).wait()[0]
         self.global_step = state.global_step
         extra = state.extra
-        if self.reward_stats is not None and "reward_stats" in extra:
-            self.reward_stats.load_state_dict(extra["reward_stats"])
+        if "reward_stats" in extra:
+            self.groups.actor.set_reward_stats(extra["reward_stats"]).wait()
         self.groups.rollout.set_rng_state.each([(rng,) for rng in extra["rollout_rng"]]).wait()
         self.groups.env.set_state.each([(st,) for st in extra["env_state"]]).wait()
         self._sync_weights()
@@ -136,32 +132,26 @@ class EmbodiedRunner:
         video_step = self.global_step + 1 if mode == "train" else self.global_step
         env_call = g.env.interact(steps, mode, global_step=video_step, policy_version=self.version,
                                   reset_ids=reset_ids, fixed_epoch=fixed_epoch, video=video, repeat_states=repeat_states)
-        roll_call = g.rollout.generate(steps, mode, scoring=scoring, eval_epoch=fixed_epoch)
+        roll_call = g.rollout.generate(steps, mode, store=mode == "train", scoring=scoring, eval_epoch=fixed_epoch)
         env_out, roll_out = env_call.wait(), roll_call.wait()
         times = _combine_worker_metrics([r[1] for r in roll_out])
-        traj = concat_trajectories([r[0] for r in roll_out]) if mode == "train" else None
-        return traj, env_out, times
+        trajectories = [r[0][0] for r in roll_out] if mode == "train" else None
+        return trajectories, env_out, times
 
     def train_step(self) -> dict[str, float]:
         cfg, timer, metrics = self.cfg, Timer(), {}
+        TRAFFIC.reset()
         with timer("step"):
-            trajs = []
+            trajectories = []  # per rollout epoch, references to each rollout rank's trajectory
             with timer("rollout"):
                 for _ in range(cfg.algorithm.rollout_epoch):
-                    traj, env_out, roll_times = self.rollout("train")
+                    refs, env_out, roll_times = self.rollout("train")
                     m = {**_merge_env_metrics(env_out, prefix="env"), **roll_times}
-                    trajs.append(traj)
+                    trajectories.append(refs)
                     for k, v in m.items():
                         metrics[k] = metrics.get(k, 0.0) + v / cfg.algorithm.rollout_epoch
-            with timer("advantages"):
-                # Rollout epochs join along the env axis (whole GRPO groups stay together).
-                batch = concat_trajectories(trajs).to_batch()
-                adv = compute_advantages(cfg.algorithm, batch, action_dim=cfg.actor.model.action_dim,
-                                         auto_reset=cfg.env.train.auto_reset, reward_stats=self.reward_stats)
-                batch.update(adv)
-                metrics.update(_rollout_stats(batch))
-            with timer("train"):
-                train_metrics = self.groups.actor.train_step(ray.put(actor_batch(batch))).wait()[0]
+            with timer("train"):  # the actor ranks read the trajectories from the object store
+                train_metrics = self.groups.actor.train_on_rollouts(trajectories).wait()[0]
             with timer("weight_sync"):
                 self._sync_weights()
         times = timer.metrics("time/")
@@ -170,7 +160,7 @@ class EmbodiedRunner:
         if times["time/rollout_s"] > 0:
             times["time/env_utilisation"] = env_busy / times["time/rollout_s"]
             times["time/rollout_utilisation"] = infer / times["time/rollout_s"]
-        return {**metrics, **train_metrics, **times}
+        return {**metrics, **train_metrics, **times, **TRAFFIC.metrics()}
 
     def sft_step(self) -> dict[str, float]:
         timer = Timer()
@@ -181,9 +171,10 @@ class EmbodiedRunner:
         return metrics
 
     def _sync_weights(self) -> None:
-        results = self.groups.actor.get_trainable_state_dict().wait()
-        sd, version = results[0]
-        self.groups.rollout.update_weights(sd, version).wait()
+        """Actor rank 0 puts the weights in its object store; the rollout workers fetch them
+        from there (the driver passes the reference only)."""
+        (ref,), version = self.groups.actor.share_trainable_state_dict().wait()[0]
+        self.groups.rollout.update_weights(ref, version).wait()
         self.version = version
 
     @property
@@ -341,8 +332,9 @@ class EmbodiedRunner:
     def save(self) -> Path:
         extra: dict[str, Any] = {"rollout_rng": self.groups.rollout.get_rng_state().wait(),
                                  "env_state": self.groups.env.get_state().wait()}
-        if self.reward_stats is not None:
-            extra["reward_stats"] = self.reward_stats.state_dict()
+        reward_stats = self.groups.actor.get_reward_stats().wait()[0] if self.groups.actor is not None else None
+        if reward_stats is not None:
+            extra["reward_stats"] = reward_stats
         with ckpt.checkpoint_writer(self.run_dir, self.global_step) as tmp:
             self.groups.actor.save_checkpoint(str(ckpt.actor_dir(tmp))).wait()
             if self.dataset_statistics is not None:
@@ -433,22 +425,6 @@ def _combine_worker_metrics(parts: list[dict[str, float]]) -> dict[str, float]:
             out[key] = max(values)
         elif key.startswith("channel/"):
             out[key] = sum(values)
-    return out
-
-
-def _rollout_stats(batch: dict) -> dict[str, float]:
-    mask = batch["loss_mask"].float()
-    denom = mask.sum().clamp_min(1.0)
-    out = {
-        "rollout/reward_per_step": float(batch["rewards"].float().mean()),
-        "rollout/logprob_mean": float((batch["logprobs"] * mask).sum() / denom),
-        "rollout/advantage_mean": float((batch["advantages"] * mask).sum() / denom),
-        "rollout/valid_token_fraction": float(mask.mean()),
-    }
-    if "values" in batch:
-        out["rollout/value_mean"] = float(batch["values"].float().mean())
-    if "returns" in batch:
-        out["rollout/return_target_mean"] = float(batch["returns"].float().mean())
     return out
 
 

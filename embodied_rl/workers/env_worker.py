@@ -153,7 +153,7 @@ class EnvWorker:
         for env in envs:
             env.end_video()
         metrics.update(timer.metrics("time/env/"))
-        metrics.update(self.wiring.obs.take_counts())
+        metrics.update(self.wiring.obs.take_counts("obs"))
         return metrics
 
     def _send(self, msg: EnvStepMessage) -> None:
