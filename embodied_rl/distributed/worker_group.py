@@ -30,7 +30,12 @@ from embodied_rl.errors import ConfigError, UserError
 
 
 class WorkerError(RuntimeError):
-    """A worker of a group raised or died; the message names the group and rank."""
+    """A worker of a group raised or died; the message names the group and rank. `died`: a
+    worker process is gone (killed, out of memory, node lost), as opposed to code that raised."""
+
+    def __init__(self, message: str, *, died: bool = False) -> None:
+        super().__init__(message)
+        self.died = died
 
 
 class RayCluster:
@@ -55,7 +60,8 @@ class RayCluster:
                 ray.init(address=address, log_to_driver=True)
             else:
                 slots = num_cpu_slots or local_cpu_count()
-                ray.init(num_cpus=max(slots, local_cpu_count()), include_dashboard=False, log_to_driver=True)
+                # "local": a new Ray of our own, never a cluster some `ray start` left on this machine
+                ray.init(address="local", num_cpus=max(slots, local_cpu_count()), include_dashboard=False, log_to_driver=True)
                 self._started_ray = True
         self._wait_for_nodes(num_nodes, wait_nodes_s)
         total = ray.cluster_resources()
@@ -147,7 +153,7 @@ def gather_ranks(refs: Sequence[ray.ObjectRef], name: str, timeout: float | None
         results = ray.get(refs)
         TRAFFIC.received += payload_bytes(results)
         return results
-    reports, first = [], None
+    reports, first, died = [], None, False
     for rank, ref in enumerate(refs):
         if ref in pending:
             reports.append(f"rank {rank} still running {grace_s:.0f} s after the failure (blocked in a collective?)")
@@ -161,9 +167,28 @@ def gather_ranks(refs: Sequence[ray.ObjectRef], name: str, timeout: float | None
             first = first or err
             reports.append(f"rank {rank} failed: {type(cause).__name__}: {cause}")
         except ray.exceptions.RayError as err:  # actor died, object lost, ...
-            first = first or err
-            reports.append(f"rank {rank} failed: {type(err).__name__}: {err}")
-    raise WorkerError(f"{name} " + "; ".join(reports)) from first
+            first, died = first or err, True
+            reports.append(f"rank {rank} failed: {type(err).__name__}: {str(err).splitlines()[0]}")
+    raise WorkerError(f"{name} " + "; ".join(reports), died=died) from first
+
+
+def wait_together(calls: Sequence[GroupCall], timeout: float | None = None) -> list[list[Any]]:
+    """Results of concurrent group calls (e.g. env workers stepping while rollout workers infer).
+    A failure on any rank raises at once, with the failing group's report: its peers in the other
+    groups may be blocked on its data and would otherwise wait for their channel timeout."""
+    owner = {ref: call for call in calls for ref in call.refs}
+    pending, deadline = list(owner), None if timeout is None else time.monotonic() + timeout
+    while pending:
+        wait_s = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready, pending = ray.wait(pending, num_returns=1, timeout=wait_s)
+        if not ready:
+            raise WorkerError(f"{', '.join(c.group.name for c in calls)}: not finished within {timeout} s")
+        try:
+            ray.get(ready[0])
+        except ray.exceptions.RayError:
+            owner[ready[0]].wait(grace_s=5.0)  # raises, naming every rank of the failing group
+            raise
+    return [call.wait() for call in calls]
 
 
 class GroupCall:
@@ -172,9 +197,9 @@ class GroupCall:
     def __init__(self, group: WorkerGroup, refs: list[ray.ObjectRef]) -> None:
         self.group, self.refs = group, refs
 
-    def wait(self, timeout: float | None = None) -> list[Any]:
-        """Results in rank order; an error names the group, rank and cause (`WorkerGroup.gather`)."""
-        return self.group.gather(self.refs, timeout)
+    def wait(self, timeout: float | None = None, grace_s: float = 30.0) -> list[Any]:
+        """Results in rank order; an error names the group, rank and cause (`gather_ranks`)."""
+        return gather_ranks(self.refs, self.group.name, timeout, grace_s)
 
 
 class GroupMethod:

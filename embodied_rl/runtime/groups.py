@@ -92,7 +92,8 @@ def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs
         run_id = f"{run_name[:16]}-{uuid.uuid4().hex[:6]}"
         wiring = _wiring(cfg, run_id=run_id)
         n_env, n_rollout = plan.env_workers, plan.rollout_workers
-        named = {"namespace": f"embodied_rl-{run_id}"}
+        # EMBODIED_RL_RUN tags each worker process with its run (ps, a crash report, a kill test).
+        named = {"namespace": f"embodied_rl-{run_id}", "env_vars": {"EMBODIED_RL_RUN": run_id}}
         rollout_model = dataclasses.replace(cfg.actor.model, model_path=cfg.rollout.model.model_path)
         # Rollout workers register their consumer keys in __init__, before env workers send.
         rollout = WorkerGroup(

@@ -38,6 +38,7 @@ from embodied_rl.config.plan import (
 from embodied_rl.config.schema import RootConfig
 from embodied_rl.distributed.rng import seed_everything
 from embodied_rl.distributed.traffic import TRAFFIC
+from embodied_rl.distributed.worker_group import WorkerError, wait_together
 from embodied_rl.envs.metrics import merge_metrics
 from embodied_rl.evaluation.intervals import add_success_intervals, format_rate
 from embodied_rl.evaluation.provenance import write_environment
@@ -68,10 +69,14 @@ class EmbodiedRunner:
         self.dataset_statistics: dict | None = None
         self._rollout_stale = False
         self.groups: Groups | None = None
+        self.restarts = 0  # of the groups after a worker died (runner.max_restarts)
 
     # ------------------------------------------------------------------ set-up
-    def setup(self) -> None:
+    def setup(self, resume_dir: str | None = None) -> None:
+        """Start the groups and load the run's starting point: `resume_dir` (a checkpoint; by
+        default runner.resume_dir), else runner.ckpt_path, else the model as configured."""
         cfg = self.cfg
+        resume_dir = resume_dir or cfg.runner.resume_dir
         seed_everything(cfg.runner.seed)
         video_dirs = {"train": cfg.env.train.video_cfg.video_base_dir, "eval": cfg.env.eval.video_cfg.video_base_dir}
         self.groups = build_groups(cfg, with_actor="actor" in components(cfg), run_name=self.run_name, video_dirs=video_dirs)
@@ -83,8 +88,8 @@ class EmbodiedRunner:
             self._use_statistics(sft_statistics(cfg))
             n = self.groups.actor.setup_sft(self.dataset_statistics).wait()[0]
             log.info("SFT on %d demo samples from %s", n, ", ".join(cfg.data.train_data_paths))
-        if cfg.runner.resume_dir:
-            self._resume(cfg.runner.resume_dir)
+        if resume_dir:
+            self._resume(resume_dir)
         elif cfg.runner.ckpt_path:
             self._load_weights(cfg.runner.ckpt_path)
         elif not cfg.runner.only_eval:
@@ -133,7 +138,7 @@ class EmbodiedRunner:
         env_call = g.env.interact(steps, mode, global_step=video_step, policy_version=self.version,
                                   reset_ids=reset_ids, fixed_epoch=fixed_epoch, video=video, repeat_states=repeat_states)
         roll_call = g.rollout.generate(steps, mode, store=mode == "train", scoring=scoring, eval_epoch=fixed_epoch)
-        env_out, roll_out = env_call.wait(), roll_call.wait()
+        env_out, roll_out = wait_together([env_call, roll_call])
         times = _combine_worker_metrics([r[1] for r in roll_out])
         trajectories = [r[0][0] for r in roll_out] if mode == "train" else None
         return trajectories, env_out, times
@@ -263,7 +268,15 @@ class EmbodiedRunner:
                 evaluations.append((0, self.evaluate()))
                 logger.log(0, evaluations[-1][1], counts=False)
             while self.global_step < cfg.max_steps and not stop.requested:
-                metrics = step()
+                try:
+                    metrics = step()
+                except WorkerError as err:
+                    if not err.died or self.restarts >= cfg.max_restarts:
+                        raise
+                    self._restart(err)
+                    logger.rewind(self.global_step)
+                    continue
+                metrics["recovery/restarts"] = float(self.restarts)
                 self.global_step += 1
                 if evaluates_after(self.cfg, self.global_step):
                     evaluations.append((self.global_step, self.evaluate()))
@@ -284,6 +297,18 @@ class EmbodiedRunner:
                 log.warning("stopped by Ctrl-C after global step %d; resume with runner.resume_dir=latest", self.global_step)
                 return 130
         return 0
+
+    def _restart(self, err: WorkerError) -> None:
+        """A worker died: stop every group, start them again and resume from the last checkpoint
+        (or from the start); what the lost steps did is recomputed."""
+        self.restarts += 1
+        latest = ckpt.latest_checkpoint(self.run_dir)
+        lost = self.global_step - (ckpt.load_runner_state(latest).global_step if latest else 0)
+        log.warning("a worker died (%s); restart %d of %d from %s, repeating %d step(s)", err, self.restarts,
+                    self.cfg.runner.max_restarts, latest or "the start", lost)
+        self.groups.shutdown()
+        self.groups, self.global_step, self.version, self._rollout_stale = None, 0, 0, False
+        self.setup(resume_dir=str(latest) if latest else None)
 
     def eval_only(self) -> int:
         with MetricsLogger(self.cfg.runner.logger, self.run_dir, total_steps=1, config=_plain(self.cfg)) as logger:
