@@ -3,8 +3,8 @@ not end the run: the runner stops the other workers at once, starts the groups a
 from the last checkpoint and finishes `max_steps`, with exactly the metrics of a run that was
 never interrupted (resume is bit-exact) and `recovery/restarts` counting the restart.
 
-The victim is found the way an operator would: by its process title (Ray names it
-`ray::<actor name>:<class>.<method>`) and the run tag every worker process carries
+The victim is found the way an operator would: by its process title (`ray::<class>` when idle,
+`ray::<actor name>:<class>.<method>` while it runs a method) and the run tag every worker process carries
 (EMBODIED_RL_RUN=<run name>-<id>).
 """
 from __future__ import annotations
@@ -85,7 +85,7 @@ def _run_processes(run_prefix: str, cls: str) -> list[int]:
         except OSError:
             continue
         title = cmdline.split(" ", 1)[0]
-        if title.startswith("ray::") and re.search(rf":{cls}(\.|$)", title) and any(e.startswith(f"EMBODIED_RL_RUN={run_prefix}-".encode()) for e in environ):
+        if re.match(rf"ray::([\w-]+:)?{cls}(\.|$)", title) and any(e.startswith(f"EMBODIED_RL_RUN={run_prefix}-".encode()) for e in environ):
             found.append(int(proc.name))
     return sorted(found)
 
@@ -96,7 +96,7 @@ def _learning(row: dict) -> dict:
 
 @pytest.mark.parametrize("victim", ["EnvWorker", "RolloutWorker", "ActorWorker"])
 def test_run_survives_a_killed_worker(workdir: Path, uninterrupted: dict[int, dict], victim: str):
-    name = "kill_" + victim.lower()
+    name = "kill_" + victim.removesuffix("Worker").lower()  # the run tag keeps 16 characters of it
     run = workdir / "runs" / name
     env = dict(os.environ, WANDB_MODE="offline", PYTHONUNBUFFERED="1")
     proc = subprocess.Popen([sys.executable, "-m", "embodied_rl.cli", "train", str(workdir / "configs" / "rec.yaml"),
