@@ -33,6 +33,7 @@ from embodied_rl.config.plan import (
     chunk_steps_per_epoch,
     components,
     evaluates_after,
+    may_restart,
     saves_after,
 )
 from embodied_rl.config.schema import RootConfig
@@ -271,7 +272,7 @@ class EmbodiedRunner:
                 try:
                     metrics = step()
                 except WorkerError as err:
-                    if not err.died or self.restarts >= cfg.max_restarts:
+                    if not err.died or not may_restart(self.cfg, self.restarts):
                         raise
                     self._restart(err)
                     logger.rewind(self.global_step)
