@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import signal
 import statistics
 import subprocess
@@ -23,6 +22,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from embodied_rl.runtime.groups import run_worker_pids
 
 CONFIG = """\
 defaults:
@@ -57,21 +58,6 @@ actor:
 """
 
 
-def worker_pids(run_tag: str, cls: str) -> list[int]:
-    out = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            title = (proc / "cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
-            environ = (proc / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if re.match(rf"ray::([\w-]+:)?{cls}(\.|$)", title) and any(e.startswith(f"EMBODIED_RL_RUN={run_tag}-".encode()) for e in environ):
-            out.append(int(proc.name))
-    return sorted(out)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--victim", default="EnvWorker", choices=["EnvWorker", "RolloutWorker", "ActorWorker"])
@@ -90,7 +76,7 @@ def main() -> None:
         if proc.poll() is not None:
             sys.exit(f"run ended before step {args.kill_after}:\n{proc.stdout.read()[-3000:]}")
         time.sleep(0.1)
-    pid = worker_pids(name, args.victim)[-1]
+    pid = run_worker_pids(name, args.victim)[-1]
     os.kill(pid, signal.SIGKILL)
     killed = time.time()
     out, _ = proc.communicate(timeout=1800)

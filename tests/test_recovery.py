@@ -3,14 +3,12 @@ not end the run: the runner stops the other workers at once, starts the groups a
 from the last checkpoint and finishes `max_steps`, with exactly the metrics of a run that was
 never interrupted (resume is bit-exact) and `recovery/restarts` counting the restart.
 
-The victim is found the way an operator would: by its process title (`ray::<class>` when idle,
-`ray::<actor name>:<class>.<method>` while it runs a method) and the run tag every worker process carries
-(EMBODIED_RL_RUN=<run name>-<id>).
+The victim is found the way an operator would: by its process title and the run tag every worker
+process carries (`embodied_rl.runtime.groups.run_worker_pids`).
 """
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -19,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from embodied_rl.runtime.groups import run_worker_pids
 from tests.cli_runs import read_metrics, run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.maniskill]
@@ -73,30 +72,13 @@ def uninterrupted(workdir: Path) -> dict[int, dict]:
     return read_metrics(workdir / "runs" / "whole")
 
 
-def _run_processes(run_prefix: str, cls: str) -> list[int]:
-    """PIDs of this run's worker processes of class `cls`."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            environ = (proc / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        title = cmdline.split(" ", 1)[0]
-        if re.match(rf"ray::([\w-]+:)?{cls}(\.|$)", title) and any(e.startswith(f"EMBODIED_RL_RUN={run_prefix}-".encode()) for e in environ):
-            found.append(int(proc.name))
-    return sorted(found)
-
-
 def _learning(row: dict) -> dict:
     return {k: v for k, v in row.items() if k.startswith(("train/", "env/", "rollout/"))}
 
 
 @pytest.mark.parametrize("victim", ["EnvWorker", "RolloutWorker", "ActorWorker"])
 def test_run_survives_a_killed_worker(workdir: Path, uninterrupted: dict[int, dict], victim: str):
-    name = "kill_" + victim.removesuffix("Worker").lower()  # the run tag keeps 16 characters of it
+    name = "kill_" + victim.removesuffix("Worker").lower()
     run = workdir / "runs" / name
     env = dict(os.environ, WANDB_MODE="offline", PYTHONUNBUFFERED="1")
     proc = subprocess.Popen([sys.executable, "-m", "embodied_rl.cli", "train", str(workdir / "configs" / "rec.yaml"),
@@ -108,7 +90,7 @@ def test_run_survives_a_killed_worker(workdir: Path, uninterrupted: dict[int, di
         while not (first / "meta.json").is_file():  # step 2 is under way once step 1 is saved
             assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its first checkpoint"
             time.sleep(0.2)
-        pids = _run_processes(name, victim)
+        pids = run_worker_pids(name, victim)
         assert pids, f"no {victim} process of run {name}"
         os.kill(pids[-1], signal.SIGKILL)
         killed_at = time.monotonic()

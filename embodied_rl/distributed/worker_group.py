@@ -178,17 +178,19 @@ def wait_together(calls: Sequence[GroupCall], timeout: float | None = None) -> l
     groups may be blocked on its data and would otherwise wait for their channel timeout."""
     owner = {ref: call for call in calls for ref in call.refs}
     pending, deadline = list(owner), None if timeout is None else time.monotonic() + timeout
+    results: dict[ray.ObjectRef, Any] = {}
     while pending:
         wait_s = None if deadline is None else max(0.0, deadline - time.monotonic())
         ready, pending = ray.wait(pending, num_returns=1, timeout=wait_s)
         if not ready:
             raise WorkerError(f"{', '.join(c.group.name for c in calls)}: not finished within {timeout} s")
         try:
-            ray.get(ready[0])
+            results[ready[0]] = ray.get(ready[0])
         except ray.exceptions.RayError:
             owner[ready[0]].wait(grace_s=5.0)  # raises, naming every rank of the failing group
             raise
-    return [call.wait() for call in calls]
+    TRAFFIC.received += payload_bytes(list(results.values()))
+    return [[results[ref] for ref in call.refs] for call in calls]
 
 
 class GroupCall:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,9 @@ from embodied_rl.workers.protocol import ChannelWiring, SamplingSpec
 
 SETUP_TIMEOUT_S = 900.0
 PLACEMENT_FILE = "placement.json"
+# Every worker process carries RUN_TAG=<run name, first RUN_TAG_CHARS characters>-<id>, so the
+# processes of one run can be told apart (ps, a crash report, a kill test): run_worker_pids.
+RUN_TAG, RUN_TAG_CHARS = "EMBODIED_RL_RUN", 16
 log = logging.getLogger(__name__)
 
 
@@ -89,11 +93,10 @@ def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs
     try:
         plan: RunPlan = plan_run(cfg, cluster.resources)
         placement = plan.placement
-        run_id = f"{run_name[:16]}-{uuid.uuid4().hex[:6]}"
+        run_id = f"{run_name[:RUN_TAG_CHARS]}-{uuid.uuid4().hex[:6]}"
         wiring = _wiring(cfg, run_id=run_id)
         n_env, n_rollout = plan.env_workers, plan.rollout_workers
-        # EMBODIED_RL_RUN tags each worker process with its run (ps, a crash report, a kill test).
-        named = {"namespace": f"embodied_rl-{run_id}", "env_vars": {"EMBODIED_RL_RUN": run_id}}
+        named = {"namespace": f"embodied_rl-{run_id}", "env_vars": {RUN_TAG: run_id}}
         rollout_model = dataclasses.replace(cfg.actor.model, model_path=cfg.rollout.model.model_path)
         # Rollout workers register their consumer keys in __init__, before env workers send.
         rollout = WorkerGroup(
@@ -154,3 +157,22 @@ def _actor_cls():
     from embodied_rl.workers.actor.worker import ActorWorker
 
     return ActorWorker
+
+
+def run_worker_pids(run_name: str, cls: str) -> list[int]:
+    """PIDs of run `run_name`'s worker processes of class `cls` on this machine (Linux /proc): Ray
+    titles a worker `ray::<class>` when idle and `ray::<actor name>:<class>.<method>` when busy."""
+    title = re.compile(rf"ray::([\w-]+:)?{re.escape(cls)}(\.|$)")
+    tag = f"{RUN_TAG}={run_name[:RUN_TAG_CHARS]}-".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv0 = (proc / "cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if title.match(argv0) and any(e.startswith(tag) for e in environ):
+            found.append(int(proc.name))
+    return sorted(found)

@@ -22,11 +22,8 @@ from __future__ import annotations
 
 import json
 import logging
-import math
-import signal
-import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 from embodied_rl.config.loader import to_yaml
 from embodied_rl.config.plan import (
@@ -40,12 +37,14 @@ from embodied_rl.config.schema import RootConfig
 from embodied_rl.distributed.rng import seed_everything
 from embodied_rl.distributed.traffic import TRAFFIC
 from embodied_rl.distributed.worker_group import WorkerError, wait_together
-from embodied_rl.envs.metrics import merge_metrics
-from embodied_rl.evaluation.intervals import add_success_intervals, format_rate
+from embodied_rl.evaluation.intervals import add_success_intervals
 from embodied_rl.evaluation.provenance import write_environment
+from embodied_rl.evaluation.summary import eval_change, eval_summary
 from embodied_rl.runtime import checkpoint as ckpt
+from embodied_rl.runtime.graceful_stop import GracefulStop
 from embodied_rl.runtime.groups import Groups, build_groups
 from embodied_rl.runtime.metrics_logger import MetricsLogger
+from embodied_rl.runtime.worker_metrics import combine_worker_metrics, merge_env_metrics
 from embodied_rl.timing import Timer
 from embodied_rl.types import EpisodeOutcome
 from embodied_rl.workers.protocol import Trajectory
@@ -140,7 +139,7 @@ class EmbodiedRunner:
                                   reset_ids=reset_ids, fixed_epoch=fixed_epoch, video=video, repeat_states=repeat_states)
         roll_call = g.rollout.generate(steps, mode, store=mode == "train", scoring=scoring, eval_epoch=fixed_epoch)
         env_out, roll_out = wait_together([env_call, roll_call])
-        times = _combine_worker_metrics([r[1] for r in roll_out])
+        times = combine_worker_metrics([r[1] for r in roll_out])
         trajectories = [r[0][0] for r in roll_out] if mode == "train" else None
         return trajectories, env_out, times
 
@@ -152,7 +151,7 @@ class EmbodiedRunner:
             with timer("rollout"):
                 for _ in range(cfg.algorithm.rollout_epoch):
                     refs, env_out, roll_times = self.rollout("train")
-                    m = {**_merge_env_metrics(env_out, prefix="env"), **roll_times}
+                    m = {**merge_env_metrics(env_out, prefix="env"), **roll_times}
                     trajectories.append(refs)
                     for k, v in m.items():
                         metrics[k] = metrics.get(k, 0.0) + v / cfg.algorithm.rollout_epoch
@@ -220,12 +219,12 @@ class EmbodiedRunner:
                     outcomes[scoring] += [(k, o) for worker in self.groups.env.last_episodes().wait() for o in worker]
         metrics: dict[str, float] = {}
         for scoring in scorings:
-            named = {k: v for k, v in _merge_env_metrics(parts[scoring], prefix=f"eval/{scoring}").items() if k.startswith("eval/")}
+            named = {k: v for k, v in merge_env_metrics(parts[scoring], prefix=f"eval/{scoring}").items() if k.startswith("eval/")}
             metrics.update(add_success_intervals(named, f"eval/{scoring}"))
         primary = f"eval/{scorings[0]}/"
         metrics.update({"eval/" + k.removeprefix(primary): v for k, v in list(metrics.items()) if k.startswith(primary)})
         all_parts = [p for scoring in scorings for p in parts[scoring]]
-        metrics.update({k: v for k, v in _merge_env_metrics(all_parts, prefix="eval").items() if k.startswith("time/")})
+        metrics.update({k: v for k, v in merge_env_metrics(all_parts, prefix="eval").items() if k.startswith("time/")})
         metrics.update(times)
         return metrics, outcomes
 
@@ -286,9 +285,9 @@ class EmbodiedRunner:
                 if saves_after(self.cfg, self.global_step):
                     saved = (self.global_step, self.save())
             if len(evaluations) > 1:
-                logger.note(_eval_change(evaluations[0], evaluations[-1], self.scorings))
+                logger.note(eval_change(evaluations[0], evaluations[-1], self.scorings))
             elif evaluations:
-                logger.note(_eval_summary(evaluations[0][1], self.scorings))
+                logger.note(eval_summary(evaluations[0][1], self.scorings))
             if self.global_step > 0:
                 # the last step's checkpoint, unless save_interval just wrote it
                 path = saved[1] if saved and saved[0] == self.global_step else self.save()
@@ -303,19 +302,19 @@ class EmbodiedRunner:
         """A worker died: stop every group, start them again and resume from the last checkpoint
         (or from the start); what the lost steps did is recomputed."""
         self.restarts += 1
-        latest = ckpt.latest_checkpoint(self.run_dir)
-        lost = self.global_step - (ckpt.load_runner_state(latest).global_step if latest else 0)
-        log.warning("a worker died (%s); restart %d of %d from %s, repeating %d step(s)", err, self.restarts,
-                    self.cfg.runner.max_restarts, latest or "the start", lost)
+        latest, reached = ckpt.latest_checkpoint(self.run_dir), self.global_step
+        log.warning("a worker died (%s); restart %d of %d from %s", err, self.restarts, self.cfg.runner.max_restarts,
+                    latest or "the start")
         self.groups.shutdown()
         self.groups, self.global_step, self.version, self._rollout_stale = None, 0, 0, False
         self.setup(resume_dir=str(latest) if latest else None)
+        log.warning("restarted at step %d: repeating %d step(s)", self.global_step, reached - self.global_step)
 
     def eval_only(self) -> int:
         with MetricsLogger(self.cfg.runner.logger, self.run_dir, total_steps=1, config=_plain(self.cfg)) as logger:
             metrics = self.evaluate()
             logger.log(self.global_step, metrics)
-            logger.note(_eval_summary(metrics, self.scorings))
+            logger.note(eval_summary(metrics, self.scorings))
         return 0
 
     def compare(self, sources: list[PolicySource]) -> int:
@@ -336,7 +335,7 @@ class EmbodiedRunner:
             self.global_step = i
             log.info("evaluating %s: %s (%s)", src.label, src.path, src.kind)
             metrics[src.label], episodes[src.label] = self._evaluate(episodes=True)
-            log.info("%s: %s", src.label, _eval_summary(metrics[src.label], self.scorings))
+            log.info("%s: %s", src.label, eval_summary(metrics[src.label], self.scorings))
             videos[src.label] = str(Path(self.cfg.env.eval.video_cfg.video_base_dir) / f"step_{i:06d}")
         report = comparison_report(sources, self.scorings, episodes, metrics)
         if self.cfg.env.eval.video_cfg.save_video:
@@ -383,75 +382,12 @@ class EmbodiedRunner:
             self.groups = None
 
 
-class GracefulStop:
-    """First Ctrl-C: finish the running step, save a checkpoint, exit 130 (a step stopped halfway
-    would leave the actor's weights and the driver's step count out of step). Second: abort now."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous = None
-
-    def _handle(self, signum, frame) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        log.warning("Ctrl-C: finishing this training step, then saving a checkpoint (press again to abort)")
-
-    def __enter__(self) -> Self:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-
-
 def spread_reset_ids(num_states: int, num_envs: int, group_size: int = 1) -> list[int]:
     """Reset id per sub-env: groups of `group_size` share one, groups spaced evenly over [0, num_states).
 
     With LIBERO's r = 50 * task + init_state, N groups over T tasks cover every task equally."""
     groups = num_envs // group_size
     return [(g * num_states) // groups for g in range(groups) for _ in range(group_size)]
-
-
-def _rate(metrics: dict[str, float], prefix: str) -> tuple[float, str]:
-    """(success_once, its formatted rate with Wilson interval and counts) under `prefix`."""
-    rate, n = metrics.get(f"{prefix}/success_once", math.nan), int(metrics.get(f"{prefix}/num_trajectories", 0))
-    return rate, format_rate(round(rate * n), n) if math.isfinite(rate) else format_rate(0, 0)
-
-
-def _eval_change(first: tuple[int, dict[str, float]], last: tuple[int, dict[str, float]], scorings: list[str]) -> str:
-    """One line per scoring comparing two evaluations' held-out success (the run's result at a glance)."""
-    (s0, m0), (s1, m1) = first, last
-    lines = []
-    for scoring in scorings:
-        (a, ra), (b, rb) = _rate(m0, f"eval/{scoring}"), _rate(m1, f"eval/{scoring}")
-        lines.append(f"eval success, {scoring} (95 % Wilson interval): {ra} at step {s0} -> {rb} at step {s1}: "
-                     f"{100 * (b - a):+.1f} points")
-    return "\n".join(lines)
-
-
-def _eval_summary(metrics: dict[str, float], scorings: list[str]) -> str:
-    """One line: every scoring's held-out success with its interval (an evaluation at a glance)."""
-    return "eval success (95 % Wilson interval): " + "; ".join(f"{s} {_rate(metrics, f'eval/{s}')[1]}" for s in scorings)
-
-
-def _merge_env_metrics(parts: list[dict[str, float]], prefix: str) -> dict[str, float]:
-    """Episode-weighted means over env workers, renamed env/* -> <prefix>/*; time/* and channel/* combined."""
-    return {**{f"{prefix}/{k[4:]}": v for k, v in merge_metrics(parts, "env/").items()}, **_combine_worker_metrics(parts)}
-
-
-def _combine_worker_metrics(parts: list[dict[str, float]]) -> dict[str, float]:
-    """time/* as the slowest worker's, channel/* counters summed over workers."""
-    out = {}
-    for key in {k for p in parts for k in p}:
-        values = [p[key] for p in parts if key in p]
-        if key.startswith("time/"):
-            out[key] = max(values)
-        elif key.startswith("channel/"):
-            out[key] = sum(values)
-    return out
 
 
 def _plain(cfg: RootConfig) -> dict:
