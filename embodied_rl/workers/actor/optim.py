@@ -54,6 +54,14 @@ def build_optimizer(model: nn.Module, optim_cfg) -> torch.optim.AdamW:
     )
 
 
+# Decay shape after warm-up by schedule name: progress 0 -> 1 maps to 1 -> 0.
+DECAY_SHAPES: dict[str, Callable[[float], float]] = {
+    "constant": lambda progress: 1.0,
+    "cosine": lambda progress: 0.5 * (1.0 + math.cos(math.pi * progress)),
+    "linear": lambda progress: 1.0 - progress,
+}
+
+
 def lr_multiplier(step: int, *, kind: str, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
     """Multiplier of the base LR in training step `step` (0-based).
 
@@ -61,19 +69,13 @@ def lr_multiplier(step: int, *, kind: str, warmup_steps: int, total_steps: int, 
     lr / warmup_steps, never with 0). Then `constant` stays at 1 while `cosine` and
     `linear` decay to `min_ratio` at step total_steps - 1.
     """
+    if kind not in DECAY_SHAPES:
+        raise ConfigError(f"actor.optim.lr_scheduler={kind!r} is not valid; choose one of: {', '.join(DECAY_SHAPES)}")
     if step < warmup_steps:
         return (step + 1) / warmup_steps
-    if kind == "constant":
-        return 1.0
     decay_steps = max(1, total_steps - warmup_steps - 1)
     progress = min(1.0, (step - warmup_steps) / decay_steps)
-    if kind == "cosine":
-        shape = 0.5 * (1.0 + math.cos(math.pi * progress))
-    elif kind == "linear":
-        shape = 1.0 - progress
-    else:
-        raise ConfigError(f"actor.optim.lr_scheduler={kind!r} is not valid; choose one of: constant, cosine, linear")
-    return min_ratio + (1.0 - min_ratio) * shape
+    return min_ratio + (1.0 - min_ratio) * DECAY_SHAPES[kind](progress)
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, optim_cfg, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
