@@ -28,15 +28,16 @@ TOL = 1e-4
 TASKS = ["pick up the red cube", "open the top drawer of the cabinet", "push"]
 
 
-def _cfg(path: Path, **overrides):
-    return model_config("openvla_oft", model_path=str(path), action_dim=7, num_images_in_input=1, proprio_dim=8,
+def _cfg(path: Path, num_images: int = 1, **overrides):
+    return model_config("openvla_oft", model_path=str(path), action_dim=7, num_images_in_input=num_images, proprio_dim=8,
                         unnorm_key="identity", use_proprio=True, add_value_head=True, **overrides)
 
 
-def _obs(seed: int = 0, n: int = 3) -> EnvObservation:
+def _obs(seed: int = 0, n: int = 3, wrist: bool = False) -> EnvObservation:
     rng = np.random.default_rng(seed)
-    return EnvObservation(main_images=rng.integers(0, 256, (n, 64, 64, 3), dtype=np.uint8),
-                          states=rng.uniform(-1, 1, (n, 8)).astype(np.float32), task_descriptions=TASKS[:n])
+    image = lambda: rng.integers(0, 256, (n, 64, 64, 3), dtype=np.uint8)
+    return EnvObservation(main_images=image(), states=rng.uniform(-1, 1, (n, 8)).astype(np.float32),
+                          task_descriptions=[TASKS[i % len(TASKS)] for i in range(n)], wrist_images=image() if wrist else None)
 
 
 @pytest.fixture(scope="module")
@@ -159,23 +160,41 @@ def test_weight_sync_changes_actions_as_loading_into_hf_does(hf, engine, ckpt, t
     assert torch.equal(engine.predict(inputs, do_sample=False).action_tokens, before.action_tokens)
 
 
-def test_vllm_encoder_only_attention_path_matches_hf(tmp_path):
-    """Same tiny model with 2 heads (head size 32): vLLM's own bidirectional CPU attention kernel."""
-    path = create_model("tiny", tmp_path / "hd32", image_size=64, seed=2).path
+def test_batch_larger_than_the_engine_batch_keeps_request_order(hf, engine):
+    """12 requests through an engine of max_num_seqs=8: two scheduler steps, outputs in order."""
+    inputs = hf.prepare_inputs(_obs(6, n=12))
+    with torch.no_grad():
+        ref = hf.predict(inputs, do_sample=False)
+    out = engine.predict(inputs, do_sample=False)
+    assert torch.equal(out.action_tokens, ref.action_tokens)
+    assert (out.logprobs - ref.logprobs).abs().max() < TOL
+
+
+def test_vllm_encoder_only_attention_path_with_two_cameras_matches_hf(tmp_path):
+    """Tiny model with 2 heads (head size 32, so vLLM's own bidirectional CPU attention kernel
+    runs) and two cameras (main + wrist: 2 x 16 patches per request)."""
+    path = create_model("tiny", tmp_path / "hd32", image_size=64, num_images=2, seed=2).path
     config = json.loads((path / "config.json").read_text())
     config["text_config"].update(num_attention_heads=2, num_key_value_heads=2)
     (path / "config.json").write_text(json.dumps(config))
-    cfg = _cfg(path)
+    cfg = _cfg(path, num_images=2)
     hf32 = build_policy(cfg, device="cpu", warn_untrained_value_head=False).eval()
     eng = VLLMOpenVLAOFT(path, cfg, max_num_seqs=8)
     try:
         assert eng.attention == "vllm"
-        inputs = hf32.prepare_inputs(_obs(5))
+        inputs = hf32.prepare_inputs(_obs(5, wrist=True))
+        assert inputs["images"].shape[1] == 6
         with torch.no_grad():
             ref = hf32.predict(inputs, do_sample=False)
         out = eng.predict(inputs, do_sample=False)
         assert torch.equal(out.action_tokens, ref.action_tokens)
         assert (out.logprobs - ref.logprobs).abs().max() < TOL
         assert (out.values - ref.values).abs().max() < TOL
+        # The wrist camera reaches the action slots.
+        wrist = {k: v.clone() for k, v in inputs.items()}
+        wrist["images"][:, 3:] = 255 - wrist["images"][:, 3:]
+        changed, _ = eng.logits_and_hidden(wrist)
+        base, _ = eng.logits_and_hidden(inputs)
+        assert (changed - base).abs().max() > 1e-3
     finally:
         eng.close()

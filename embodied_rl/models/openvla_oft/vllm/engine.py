@@ -90,6 +90,9 @@ class VLLMOpenVLAOFT:
     def prepare_inputs(self, obs: Any) -> dict[str, torch.Tensor]:
         return self.host.prepare_inputs(obs)
 
+    def set_dataset_statistics(self, stats: dict[str, Any]) -> None:
+        self.host.set_dataset_statistics(stats)
+
     def _requests(self, inputs: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
         pixels = self.host.image_transform.normalize(inputs["images"].cpu())
         extra = None
