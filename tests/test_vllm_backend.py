@@ -198,3 +198,27 @@ def test_vllm_encoder_only_attention_path_with_two_cameras_matches_hf(tmp_path):
         assert (changed - base).abs().max() > 1e-3
     finally:
         eng.close()
+
+
+def test_critic_saved_inside_the_main_weights_runs_on_the_host(tmp_path):
+    """RLinf saves `value_head.*` in model.safetensors: the engine skips them and its host loads them, as HF does."""
+    from safetensors.torch import load_file, save_file
+
+    path = create_model("tiny", tmp_path / "rlinf", image_size=64, seed=3).path
+    critic = build_policy(_cfg(path), warn_untrained_value_head=False, init_seed=7).value_head.state_dict()
+    weights = load_file(str(path / "model.safetensors"))
+    weights.update({f"value_head.{k}": v.contiguous() for k, v in critic.items()})
+    save_file(weights, str(path / "model.safetensors"))
+    hf3 = build_policy(_cfg(path), warn_untrained_value_head=False).eval()
+    assert torch.equal(hf3.value_head.mlp[0].weight, critic["mlp.0.weight"])
+    eng = VLLMOpenVLAOFT(path, _cfg(path), max_num_seqs=8)
+    try:
+        assert torch.equal(eng.host.value_head.mlp[0].weight, critic["mlp.0.weight"])
+        inputs = hf3.prepare_inputs(_obs(7))
+        with torch.no_grad():
+            ref = hf3.predict(inputs, do_sample=False)
+        out = eng.predict(inputs, do_sample=False)
+        assert torch.equal(out.action_tokens, ref.action_tokens)
+        assert (out.values - ref.values).abs().max() < TOL
+    finally:
+        eng.close()

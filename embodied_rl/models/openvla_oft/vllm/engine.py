@@ -9,6 +9,7 @@ weights never materialise; the small heads load from the checkpoint).
 """
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -18,6 +19,7 @@ import torch
 
 from embodied_rl.errors import ConfigError
 from embodied_rl.models.base import PolicyOutput
+from embodied_rl.models.openvla_oft import checkpoint as ckpt
 from embodied_rl.models.openvla_oft import sampling as S
 from embodied_rl.models.openvla_oft.actions import load_dataset_statistics
 from embodied_rl.models.openvla_oft.arch_config import OpenVLAArchConfig
@@ -51,8 +53,27 @@ def _host_policy(path: Path, model_cfg: OpenVLAOFTConfig, init_seed: int) -> Ope
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path))
     with torch.device("meta"):
         host = OpenVLAOFTPolicy(model_cfg, arch, tokenizer, load_dataset_statistics(path), checkpoint_norm_stats(path))
-    host._load_components(path, {}, False, init_seed)
+    embedded = _embedded_value_head(path)
+    host._load_components(path, {VALUE_HEAD: embedded} if embedded else {}, False, init_seed)
     return host
+
+
+def _embedded_value_head(path: Path) -> dict[str, torch.Tensor]:
+    """`value_head.*` tensors saved inside the main weights (RLinf's layout), read without loading the rest."""
+    from safetensors import safe_open
+
+    index = path / ckpt.INDEX_NAME
+    if index.is_file():
+        with open(index) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    else:
+        files = [ckpt.SINGLE_NAME]
+    prefix = f"{VALUE_HEAD}."
+    out = {}
+    for name in files:
+        with safe_open(str(path / name), framework="pt") as f:
+            out.update({k.removeprefix(prefix): f.get_tensor(k) for k in f.keys() if k.startswith(prefix)})  # noqa: SIM118
+    return out
 
 
 class VLLMOpenVLAOFT:

@@ -48,6 +48,7 @@ from embodied_rl.models.openvla_oft.vllm.layout import readout_slice
 from embodied_rl.models.openvla_oft.vllm.trunk import LlamaTrunk, sdpa_packed
 
 PIXELS, EXTRA = "pixel_values", "extra_tokens"
+HOST_PREFIXES = ("value_head.",)
 TASK = "token_classify"
 
 
@@ -254,6 +255,8 @@ class OpenVLAOFTActionReadout(nn.Module, SupportsMultiModal):
         params = dict(self.named_parameters())
         loaded = set()
         for name, tensor in weights:
+            if name.startswith(HOST_PREFIXES):
+                continue  # an RLinf critic saved inside the main weights: the engine's host runs it
             if name not in params:
                 raise KeyError(f"vLLM OFT model has no parameter {name!r}")
             param = params[name]
