@@ -181,16 +181,14 @@ class VLLMOpenVLAOFT:
 
 
 def _start_engine(engine_dir: Path, seq_len: int, max_num_seqs: int, num_threads: int | None) -> Any:
-    for key, value in engine_env(num_threads or int(os.environ.get("OMP_NUM_THREADS", "0") or os.cpu_count() or 1)).items():
-        if key == "OMP_NUM_THREADS" and os.environ.get(key):
-            continue  # an explicit setting wins
-        os.environ[key] = value
+    # An OMP_NUM_THREADS already in the environment wins over the default (all cores).
+    threads = num_threads or int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
+    os.environ.update(engine_env(threads))
     from vllm import LLM
 
     from embodied_rl.models.openvla_oft.vllm import register
 
     register()
-    max_len = seq_len
     return LLM(model=str(engine_dir), runner="pooling", skip_tokenizer_init=True, dtype="float32", seed=0,
-               max_model_len=max_len, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_len * max_num_seqs,
+               max_model_len=seq_len, max_num_seqs=max_num_seqs, max_num_batched_tokens=seq_len * max_num_seqs,
                enable_mm_embeds=True, limit_mm_per_prompt={"image": 1}, enforce_eager=True)
