@@ -27,7 +27,7 @@ def ray_session():
     configure_process_env()  # workers inherit the simulator environment from the driver
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=RAY_TEST_CPUS, include_dashboard=False, log_to_driver=True)
+        ray.init(address="local", num_cpus=RAY_TEST_CPUS, include_dashboard=False, log_to_driver=True)
     yield ray
     if started:
         ray.shutdown()

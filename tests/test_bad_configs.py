@@ -37,6 +37,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("train", ["cluster.component_placement={env: all, rollout: all}"], "cluster.component_placement has no entry for 'actor'"),
     ("train", ["cluster.component_placement={actor: all, env: 0, rollout: 0-1}"], "env processes must be a multiple of 2 rollout processes"),
     ("train", ["cluster.component_placement=actor"], "takes a mapping, got 'actor'; quote the whole override"),
+    ("train", ["runner.max_restarts=-1"], "runner.max_restarts: must be >= 0"),
     # held-out evaluation
     ("eval", ["env.eval.reset_id_split=train"], "env.eval.reset_id_split=train shares initial states with env.train.reset_id_split=train"),
     ("train", ["env.train.reset_id_split=all"], "env.eval.reset_id_split=eval shares initial states with env.train.reset_id_split=all"),

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from embodied_rl.distributed.nodes import bundle_selectors, slot_nodes
 from embodied_rl.distributed.placement import parse_component_placement, parse_ranks
 from embodied_rl.errors import ConfigError
 
@@ -62,3 +63,19 @@ def test_missing_component_names_the_key():
     p = parse_component_placement({"env,rollout": "all"}, num_slots=2)
     with pytest.raises(ConfigError, match="no entry for 'actor'"):
         p["actor"]
+
+
+def _node(node_id: str, cpus: float, head: bool = False, alive: bool = True, address: str = "10.0.0.1") -> dict:
+    resources = {"CPU": cpus, **({"node:__internal_head__": 1.0} if head else {})}
+    return {"NodeID": node_id, "Alive": alive, "Resources": resources, "NodeManagerAddress": address}
+
+
+def test_slots_fill_nodes_in_order_head_first():
+    nodes = [_node("b", 4, address="10.0.0.2"), _node("dead", 8, alive=False), _node("a", 4, address="10.0.0.3"),
+             _node("h", 2, head=True, address="10.0.0.9")]
+    assert slot_nodes(nodes, num_nodes=3, slots_per_node=2, bundle={"CPU": 1.0}) == ["h", "h", "b", "b", "a", "a"]
+    assert bundle_selectors(["h", "b"]) == [{"ray.io/node-id": "h"}, {"ray.io/node-id": "b"}]
+    # a node too small for its share of slots is passed over, and named when nodes run out
+    assert slot_nodes(nodes, num_nodes=2, slots_per_node=4, bundle={"CPU": 1.0}) == ["b"] * 4 + ["a"] * 4
+    with pytest.raises(ConfigError, match=r"only 2 Ray node\(s\) have CPU=4 for 4 slot\(s\) each; too small: h \(CPU=2\)"):
+        slot_nodes(nodes, num_nodes=3, slots_per_node=4, bundle={"CPU": 1.0})

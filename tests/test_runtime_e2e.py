@@ -85,8 +85,8 @@ actor:
 
 
 def learning_metrics(row: dict) -> dict:
-    """Everything but wall-clock figures, which differ between runs by nature."""
-    return {k: v for k, v in row.items() if k != "time" and not k.startswith("time/")}
+    """Everything but wall-clock figures and transport counters, which differ between runs by nature."""
+    return {k: v for k, v in row.items() if k != "time" and not k.startswith(("time/", "channel/"))}
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +101,14 @@ def workdir(tmp_path_factory) -> Path:
 def run_a(workdir: Path) -> Path:
     run_cli("train", str(workdir / "configs" / "e2e.yaml"), "runner.experiment_name=a", cwd=workdir)
     return workdir / "runs" / "a"
+
+
+def test_driver_carries_no_rollout_data_or_weights(run_a: Path):
+    """Trajectories and weights go between workers; the driver sees references and metrics."""
+    for step, row in read_metrics(run_a).items():
+        observations = sum(v for k, v in row.items() if k.startswith("channel/") and k.endswith("_bytes"))
+        assert row["driver/bytes_received"] < 64 * 1024 and row["driver/bytes_sent"] < 16 * 1024, (step, row)
+        assert observations > 10 * row["driver/bytes_received"], (step, observations)
 
 
 def test_train_two_steps_writes_metrics_checkpoint_and_videos(run_a: Path):

@@ -147,13 +147,14 @@ def probe_algorithm(cfg: RootConfig, path: str) -> Any:
 def probe_plan(cfg: RootConfig, path: str) -> Any:
     """The runtime's pure planning (config/plan.py): placement, derived sizes, env split, the
     env modes a run steps and the worker groups it starts, the steps after which the training
-    loop evaluates and saves, and whether rollout computes reference log-probs (needs_reference,
+    loop evaluates and saves, whether it restarts after a worker death, and whether rollout computes reference log-probs (needs_reference,
     as build_groups asks). The runner loop itself is not run: its resume and checkpoint keys
     are live here only through their checks."""
     from embodied_rl.config.plan import (
         chunk_steps_per_epoch,
         components,
         evaluates_after,
+        may_restart,
         plan_run,
         saves_after,
         used_modes,
@@ -172,6 +173,7 @@ def probe_plan(cfg: RootConfig, path: str) -> Any:
     out["reference"] = needs_reference(cfg)
     out["modes"], out["components"] = used_modes(cfg), components(cfg)
     out["schedule"] = [(s, evaluates_after(cfg, s), saves_after(cfg, s)) for s in range(cfg.runner.max_steps + 1)]
+    out["restarts"] = [may_restart(cfg, n) for n in range(4)]
     for mode in ("train", "eval"):
         out[mode] = (envs_per_worker(getattr(cfg.env, mode).total_num_envs, n_env, cfg.rollout.pipeline_stage_num, mode),
                      chunk_steps_per_epoch(cfg, mode))

@@ -27,6 +27,8 @@ def _positive(cfg: RootConfig) -> None:
             raise ConfigError(f"{key}: must be >= 1, got {value}")
     if not cfg.runner.only_eval and cfg.runner.max_steps < 1:
         raise ConfigError(f"runner.max_steps: must be >= 1 for training, got {cfg.runner.max_steps}")
+    if cfg.runner.max_restarts < 0:
+        raise ConfigError(f"runner.max_restarts: must be >= 0 (0 = a dead worker ends the run), got {cfg.runner.max_restarts}")
     for key in ("val_check_interval", "save_interval"):
         value = getattr(cfg.runner, key)
         if value == 0 or value < -1:

@@ -78,6 +78,11 @@ def saves_after(cfg: RootConfig, step: int) -> bool:
     return step > 0 and cfg.runner.save_interval > 0 and step % cfg.runner.save_interval == 0
 
 
+def may_restart(cfg: RootConfig, restarts: int) -> bool:
+    """After a worker process died, whether the run starts its groups again (runner.max_restarts)."""
+    return restarts < cfg.runner.max_restarts
+
+
 def training_rl(cfg: RootConfig) -> bool:
     """Whether the run trains with RL (not evaluation only, not SFT)."""
     return not cfg.runner.only_eval and cfg.runner.paradigm == "rl"

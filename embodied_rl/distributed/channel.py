@@ -9,6 +9,7 @@ pickle protocol 5 out-of-band buffers) take one of two routes, chosen per key:
   producer's node: one memcpy in, one memcpy out (or zero-copy with `get(copy=False)`);
 - Ray's object store otherwise (consumer on another node, none registered yet, or no /dev/shm).
 
+Each process counts what it put per route (`take_counts`, reported in the workers' metrics).
 Consumers register their node when they first `get` a key (or earlier with
 `register_consumer`), so wire consumers before producers start for the fast path.
 Segment names carry the channel prefix; `shutdown()` (the owner) sweeps them all, so a
@@ -121,6 +122,7 @@ class _Local:
         self.reader = shm.SegmentReader()
         self.routes: dict[str, str] = {}
         self.registered: set[str] = set()
+        self.sent: dict[str, list[int]] = {}  # route -> [messages, payload bytes] put by this process
         self.node_id = ray.get_runtime_context().get_node_id()
 
 
@@ -170,6 +172,8 @@ class Channel:
             desc = ("shm", skeleton, self._local().pool.write(buffers))
         else:
             desc = ("ray", ray.put(item))
+        sent = self._local().sent.setdefault(desc[0], [0, 0])
+        sent[0], sent[1] = sent[0] + 1, sent[1] + nbytes
         ok = ray.get(self._actor.put.remote(key, desc, self._timeout(timeout)))
         if not ok:
             raise ChannelTimeout(
@@ -187,6 +191,17 @@ class Channel:
                 return "ray"  # no consumer known yet: the object store works from any node
             local.routes[key] = "shm" if nodes == [local.node_id] else "ray"
         return local.routes[key]
+
+    def take_counts(self, label: str) -> dict[str, float]:
+        """Messages and payload bytes this process put since the last call, per route (inline,
+        shm, ray) as `channel/<label>/<route>_{messages,bytes}`; the counters restart at zero."""
+        local = self._local()
+        out = {}
+        for route, (messages, nbytes) in sorted(local.sent.items()):
+            out[f"channel/{label}/{route}_messages"] = float(messages)
+            out[f"channel/{label}/{route}_bytes"] = float(nbytes)
+        local.sent.clear()
+        return out
 
     # ---- consumer
     def register_consumer(self, key: str = "default") -> None:

@@ -7,7 +7,7 @@ Syntax (RLinf's): each entry maps comma-joined component names to ranks,
     env: 0-1:0-3                    # resource ranks ':' process ranks: 4 env processes on 2 slots
 Ranks are 'all', '3', '0,2,3', '0-3', '0-3,5'. A slot is one GPU, or on a machine without
 GPUs one CPU worker slot (`cluster.num_cpu_slots` per node, default: the node's CPU cores).
-Slot r lives on node r // slots_per_node. A component gets one process per listed slot unless
+Slot r lives on node r // slots_per_node (distributed/nodes.py pins it there). A component gets one process per listed slot unless
 process ranks are given; processes are spread evenly over the slots in order.
 Components may share slots (collocation); a slot's processes split its resources equally.
 """

@@ -2,7 +2,7 @@
 
 `RayCluster` starts Ray locally (or joins `cluster.address` / $RAY_ADDRESS), then reserves one
 placement-group bundle per slot: {"GPU": 1, "CPU": 1} on GPU clusters, {"CPU": 1} on machines
-without GPUs. `WorkerGroup` launches one actor per process of a component, each pinned to its
+without GPUs, each pinned to its slot's node (distributed/nodes.py). `WorkerGroup` launches one actor per process of a component, each pinned to its
 slot's bundle with a 1/occupancy share of it, so collocated components fit (e.g. env, rollout
 and actor all on slot 0 of a 2-core box).
 """
@@ -17,6 +17,7 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from embodied_rl.distributed.nodes import bundle_selectors, slot_nodes
 from embodied_rl.distributed.placement import Placement, parse_component_placement
 from embodied_rl.distributed.resources import (
     Resources,
@@ -24,11 +25,17 @@ from embodied_rl.distributed.resources import (
     local_cpu_count,
     ray_address,
 )
+from embodied_rl.distributed.traffic import TRAFFIC, payload_bytes
 from embodied_rl.errors import ConfigError, UserError
 
 
 class WorkerError(RuntimeError):
-    """A worker of a group raised or died; the message names the group and rank."""
+    """A worker of a group raised or died; the message names the group and rank. `died`: a
+    worker process is gone (killed, out of memory, node lost), as opposed to code that raised."""
+
+    def __init__(self, message: str, *, died: bool = False) -> None:
+        super().__init__(message)
+        self.died = died
 
 
 class RayCluster:
@@ -53,7 +60,8 @@ class RayCluster:
                 ray.init(address=address, log_to_driver=True)
             else:
                 slots = num_cpu_slots or local_cpu_count()
-                ray.init(num_cpus=max(slots, local_cpu_count()), include_dashboard=False, log_to_driver=True)
+                # "local": a new Ray of our own, never a cluster some `ray start` left on this machine
+                ray.init(address="local", num_cpus=max(slots, local_cpu_count()), include_dashboard=False, log_to_driver=True)
                 self._started_ray = True
         self._wait_for_nodes(num_nodes, wait_nodes_s)
         total = ray.cluster_resources()
@@ -72,8 +80,13 @@ class RayCluster:
         self.accelerator, self.num_slots = found.accelerator, found.num_slots
         self.num_nodes, self.slots_per_node = num_nodes, found.slots_per_node
         bundle = {"GPU": 1.0, "CPU": 1.0} if found.accelerator == "gpu" else {"CPU": 1.0}
-        # PACK fills nodes in order, so bundle r is on node r // slots_per_node.
-        self.pg = placement_group([dict(bundle) for _ in range(self.num_slots)], strategy="PACK")
+        try:
+            self.slot_node_ids = slot_nodes(ray.nodes(), num_nodes, self.slots_per_node, bundle)
+        except ConfigError:
+            self.shutdown()
+            raise
+        self.pg = placement_group([dict(bundle) for _ in range(self.num_slots)], strategy="PACK",
+                                  bundle_label_selector=bundle_selectors(self.slot_node_ids))
         if not self.pg.wait(timeout_seconds=wait_nodes_s):
             self.shutdown()
             raise ConfigError(f"could not reserve {self.num_slots} x {bundle} in Ray within {wait_nodes_s:.0f} s; are other jobs holding them?")
@@ -137,8 +150,10 @@ def gather_ranks(refs: Sequence[ray.ObjectRef], name: str, timeout: float | None
     if pending and not failed:
         raise WorkerError(f"{name}: {len(pending)} of {len(refs)} workers did not finish within {timeout} s")
     if not failed:
-        return ray.get(refs)
-    reports, first = [], None
+        results = ray.get(refs)
+        TRAFFIC.received += payload_bytes(results)
+        return results
+    reports, first, died = [], None, False
     for rank, ref in enumerate(refs):
         if ref in pending:
             reports.append(f"rank {rank} still running {grace_s:.0f} s after the failure (blocked in a collective?)")
@@ -152,9 +167,30 @@ def gather_ranks(refs: Sequence[ray.ObjectRef], name: str, timeout: float | None
             first = first or err
             reports.append(f"rank {rank} failed: {type(cause).__name__}: {cause}")
         except ray.exceptions.RayError as err:  # actor died, object lost, ...
-            first = first or err
-            reports.append(f"rank {rank} failed: {type(err).__name__}: {err}")
-    raise WorkerError(f"{name} " + "; ".join(reports)) from first
+            first, died = first or err, True
+            reports.append(f"rank {rank} failed: {type(err).__name__}: {str(err).splitlines()[0]}")
+    raise WorkerError(f"{name} " + "; ".join(reports), died=died) from first
+
+
+def wait_together(calls: Sequence[GroupCall], timeout: float | None = None) -> list[list[Any]]:
+    """Results of concurrent group calls (e.g. env workers stepping while rollout workers infer).
+    A failure on any rank raises at once, with the failing group's report: its peers in the other
+    groups may be blocked on its data and would otherwise wait for their channel timeout."""
+    owner = {ref: call for call in calls for ref in call.refs}
+    pending, deadline = list(owner), None if timeout is None else time.monotonic() + timeout
+    results: dict[ray.ObjectRef, Any] = {}
+    while pending:
+        wait_s = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready, pending = ray.wait(pending, num_returns=1, timeout=wait_s)
+        if not ready:
+            raise WorkerError(f"{', '.join(c.group.name for c in calls)}: not finished within {timeout} s")
+        try:
+            results[ready[0]] = ray.get(ready[0])
+        except ray.exceptions.RayError:
+            owner[ready[0]].wait(grace_s=5.0)  # raises, naming every rank of the failing group
+            raise
+    TRAFFIC.received += payload_bytes(list(results.values()))
+    return [[results[ref] for ref in call.refs] for call in calls]
 
 
 class GroupCall:
@@ -163,9 +199,9 @@ class GroupCall:
     def __init__(self, group: WorkerGroup, refs: list[ray.ObjectRef]) -> None:
         self.group, self.refs = group, refs
 
-    def wait(self, timeout: float | None = None) -> list[Any]:
-        """Results in rank order; an error names the group, rank and cause (`WorkerGroup.gather`)."""
-        return self.group.gather(self.refs, timeout)
+    def wait(self, timeout: float | None = None, grace_s: float = 30.0) -> list[Any]:
+        """Results in rank order; an error names the group, rank and cause (`gather_ranks`)."""
+        return gather_ranks(self.refs, self.group.name, timeout, grace_s)
 
 
 class GroupMethod:
@@ -184,6 +220,7 @@ class GroupMethod:
 
     def __call__(self, *args: Any, **kwargs: Any) -> GroupCall:
         self._check(args, kwargs)
+        TRAFFIC.sent += payload_bytes((args, kwargs)) * self.group.world_size
         return GroupCall(self.group, [getattr(w, self.name).remote(*args, **kwargs) for w in self.group.workers])
 
     def each(self, per_rank_args: Sequence[Sequence[Any]]) -> GroupCall:
@@ -192,6 +229,7 @@ class GroupMethod:
                              f"{self.group.world_size} workers")
         for args in per_rank_args:
             self._check(args, {})
+        TRAFFIC.sent += payload_bytes(per_rank_args)
         return GroupCall(self.group, [getattr(w, self.name).remote(*a) for w, a in zip(self.group.workers, per_rank_args)])
 
 
@@ -248,6 +286,10 @@ class WorkerGroup:
             raise AttributeError(f"{type(self).__name__} of {self.__dict__.get('name')}: its workers have no public method {method!r}")  # noqa: TRY004 - getattr protocol
         return GroupMethod(self, method, inspect.signature(fn))
 
+    def node_ids(self, timeout: float | None = 60.0) -> list[str]:
+        """The Ray node each rank runs on, asked of the actors themselves."""
+        return self.gather([w.__ray_call__.remote(_node_id) for w in self.workers], timeout)
+
     def gather(self, refs: Sequence[ray.ObjectRef], timeout: float | None = None) -> list[Any]:
         """Results of `refs` in rank order (`gather_ranks`)."""
         return gather_ranks(refs, self.name, timeout)
@@ -256,3 +298,7 @@ class WorkerGroup:
         for w in self.workers:
             ray.kill(w, no_restart=True)
         self.workers = []
+
+
+def _node_id(_worker: Any) -> str:
+    return ray.get_runtime_context().get_node_id()

@@ -6,19 +6,29 @@ advantages -> update -> weight sync. All placement and wiring decisions live her
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
+import re
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 import ray
 
 from embodied_rl.config.plan import RunPlan, plan_run, training_rl, used_modes
 from embodied_rl.config.schema import RootConfig
 from embodied_rl.distributed.channel import Channel
+from embodied_rl.distributed.placement import Placement
 from embodied_rl.distributed.resources import detect_resources
-from embodied_rl.distributed.worker_group import RayCluster, WorkerGroup
+from embodied_rl.distributed.worker_group import RayCluster, WorkerError, WorkerGroup
 from embodied_rl.workers.protocol import ChannelWiring, SamplingSpec
 
 SETUP_TIMEOUT_S = 900.0
+PLACEMENT_FILE = "placement.json"
+# Every worker process carries RUN_TAG=<run name, first RUN_TAG_CHARS characters>-<id>, so the
+# processes of one run can be told apart (ps, a crash report, a kill test): run_worker_pids.
+RUN_TAG, RUN_TAG_CHARS = "EMBODIED_RL_RUN", 16
+log = logging.getLogger(__name__)
 
 
 def sampling_specs(cfg: RootConfig) -> dict[str, SamplingSpec]:
@@ -35,10 +45,37 @@ def sampling_specs(cfg: RootConfig) -> dict[str, SamplingSpec]:
 @dataclass
 class Groups:
     cluster: RayCluster
+    placement: Placement
     wiring: ChannelWiring
     env: WorkerGroup
     rollout: WorkerGroup
     actor: WorkerGroup | None
+
+    def placement_facts(self) -> dict:
+        """Where every rank runs: its slot, the node the slot is pinned to and the node the
+        actor reports (the two agree unless Ray broke the pin)."""
+        slots = self.cluster.slot_node_ids
+        out: dict = {"slot_nodes": slots, "components": {}}
+        for name, group in (("env", self.env), ("rollout", self.rollout), ("actor", self.actor)):
+            if group is None:
+                continue
+            where = self.placement[name].process_slots
+            out["components"][name] = [{"rank": r, "slot": slot, "slot_node": slots[slot], "node": node}
+                                       for r, (slot, node) in enumerate(zip(where, group.node_ids(), strict=True))]
+        return out
+
+    def record_placement(self, run_dir: Path) -> None:
+        """Write placement.json and log each component's nodes; a rank that runs on another
+        node than its slot's is an error (the slot -> node map would be false)."""
+        facts = self.placement_facts()
+        path = run_dir / PLACEMENT_FILE
+        path.write_text(json.dumps(facts, indent=1) + "\n")
+        nodes = list(dict.fromkeys(facts["slot_nodes"]))
+        for name, ranks in facts["components"].items():
+            moved = [r["rank"] for r in ranks if r["node"] != r["slot_node"]]
+            if moved:
+                raise WorkerError(f"{name} ranks {moved} run on another node than their slot's; see {path}")
+            log.info("%s ranks on nodes %s (node 0 = %s)", name, [nodes.index(r["node"]) for r in ranks], nodes[0][:8])
 
     def shutdown(self) -> None:
         for group in (self.env, self.rollout, self.actor):
@@ -56,10 +93,10 @@ def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs
     try:
         plan: RunPlan = plan_run(cfg, cluster.resources)
         placement = plan.placement
-        run_id = f"{run_name[:16]}-{uuid.uuid4().hex[:6]}"
+        run_id = f"{run_name[:RUN_TAG_CHARS]}-{uuid.uuid4().hex[:6]}"
         wiring = _wiring(cfg, run_id=run_id)
         n_env, n_rollout = plan.env_workers, plan.rollout_workers
-        named = {"namespace": f"embodied_rl-{run_id}"}
+        named = {"namespace": f"embodied_rl-{run_id}", "env_vars": {RUN_TAG: run_id}}
         rollout_model = dataclasses.replace(cfg.actor.model, model_path=cfg.rollout.model.model_path)
         # Rollout workers register their consumer keys in __init__, before env workers send.
         rollout = WorkerGroup(
@@ -83,7 +120,7 @@ def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs
             actor = WorkerGroup(_actor_cls(), cluster, placement, "actor", name=cfg.actor.group_name, args=(cfg,), **named)
             addr, port = ray.get(actor.workers[0].get_master_address.remote())
             actor.setup(addr, port).wait(SETUP_TIMEOUT_S)
-        return Groups(cluster, wiring, env, rollout, actor)
+        return Groups(cluster, placement, wiring, env, rollout, actor)
     except BaseException:
         cluster.shutdown()
         raise
@@ -120,3 +157,22 @@ def _actor_cls():
     from embodied_rl.workers.actor.worker import ActorWorker
 
     return ActorWorker
+
+
+def run_worker_pids(run_name: str, cls: str) -> list[int]:
+    """PIDs of run `run_name`'s worker processes of class `cls` on this machine (Linux /proc): Ray
+    titles a worker `ray::<class>` when idle and `ray::<actor name>:<class>.<method>` when busy."""
+    title = re.compile(rf"ray::([\w-]+:)?{re.escape(cls)}(\.|$)")
+    tag = f"{RUN_TAG}={run_name[:RUN_TAG_CHARS]}-".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv0 = (proc / "cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if title.match(argv0) and any(e.startswith(tag) for e in environ):
+            found.append(int(proc.name))
+    return sorted(found)

@@ -29,7 +29,7 @@ from urllib.parse import urlparse
 
 from embodied_rl.errors import ConfigError
 
-METRIC_PREFIXES = ("env/", "eval/", "rollout/", "train/actor/", "train/critic/", "train/sft/", "time/")
+METRIC_PREFIXES = ("env/", "eval/", "rollout/", "train/actor/", "train/critic/", "train/sft/", "time/", "channel/", "driver/", "recovery/")
 BACKENDS = ("console", "tensorboard", "wandb")
 CONSOLE_TABLE_S = 10.0
 METRICS_FILE = "metrics.jsonl"
@@ -140,6 +140,18 @@ class MetricsLogger:
             self._last_table = time.monotonic()
         if counts:
             self._progress(step)
+
+    def rewind(self, step: int) -> None:
+        """Drop what was logged after `step` (the run went back to that checkpoint and repeats
+        the steps after it); wandb cannot drop logged steps and keeps the first values."""
+        self._jsonl.close()
+        self._jsonl = self._open_jsonl(step)
+        if self._tb is not None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb.close()
+            self._tb = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=step + 1)
+        self._logged = max(0, step - self.start_step)
 
     def note(self, text: str) -> None:
         """A line for the reader of the console (e.g. the run's result), whatever the sinks."""

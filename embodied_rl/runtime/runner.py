@@ -22,34 +22,32 @@ from __future__ import annotations
 
 import json
 import logging
-import math
-import signal
-import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
-import ray
-
-from embodied_rl.algorithms import RunningRewardStats, compute_advantages
 from embodied_rl.config.loader import to_yaml
 from embodied_rl.config.plan import (
     chunk_steps_per_epoch,
     components,
     evaluates_after,
+    may_restart,
     saves_after,
 )
 from embodied_rl.config.schema import RootConfig
 from embodied_rl.distributed.rng import seed_everything
-from embodied_rl.envs.metrics import merge_metrics
-from embodied_rl.evaluation.intervals import add_success_intervals, format_rate
+from embodied_rl.distributed.traffic import TRAFFIC
+from embodied_rl.distributed.worker_group import WorkerError, wait_together
+from embodied_rl.evaluation.intervals import add_success_intervals
 from embodied_rl.evaluation.provenance import write_environment
+from embodied_rl.evaluation.summary import eval_change, eval_summary
 from embodied_rl.runtime import checkpoint as ckpt
+from embodied_rl.runtime.graceful_stop import GracefulStop
 from embodied_rl.runtime.groups import Groups, build_groups
 from embodied_rl.runtime.metrics_logger import MetricsLogger
+from embodied_rl.runtime.worker_metrics import combine_worker_metrics, merge_env_metrics
 from embodied_rl.timing import Timer
 from embodied_rl.types import EpisodeOutcome
-from embodied_rl.workers.actor.batch import actor_batch
-from embodied_rl.workers.protocol import Trajectory, concat_trajectories
+from embodied_rl.workers.protocol import Trajectory
 
 if TYPE_CHECKING:
     from embodied_rl.evaluation.compare import PolicySource
@@ -65,29 +63,33 @@ class EmbodiedRunner:
         self.run_name = cfg.runner.experiment_name
         self.global_step = 0
         self.version = 0
-        self.reward_stats = RunningRewardStats() if cfg.algorithm.reward_norm == "running" else None
         self.sft = cfg.runner.paradigm == "sft" and not cfg.runner.only_eval
         # Normalisation statistics that replace the model's: SFT's (from its demos), or those
         # of the SFT checkpoint an eval loads. None: the model's own.
         self.dataset_statistics: dict | None = None
         self._rollout_stale = False
         self.groups: Groups | None = None
+        self.restarts = 0  # of the groups after a worker died (runner.max_restarts)
 
     # ------------------------------------------------------------------ set-up
-    def setup(self) -> None:
+    def setup(self, resume_dir: str | None = None) -> None:
+        """Start the groups and load the run's starting point: `resume_dir` (a checkpoint; by
+        default runner.resume_dir), else runner.ckpt_path, else the model as configured."""
         cfg = self.cfg
+        resume_dir = resume_dir or cfg.runner.resume_dir
         seed_everything(cfg.runner.seed)
         video_dirs = {"train": cfg.env.train.video_cfg.video_base_dir, "eval": cfg.env.eval.video_cfg.video_base_dir}
         self.groups = build_groups(cfg, with_actor="actor" in components(cfg), run_name=self.run_name, video_dirs=video_dirs)
         write_environment(self.run_dir, self.groups.env.simulator_facts().wait())
+        self.groups.record_placement(self.run_dir)
         if self.sft:
             from embodied_rl.demos.sft_data import sft_statistics
 
             self._use_statistics(sft_statistics(cfg))
             n = self.groups.actor.setup_sft(self.dataset_statistics).wait()[0]
             log.info("SFT on %d demo samples from %s", n, ", ".join(cfg.data.train_data_paths))
-        if cfg.runner.resume_dir:
-            self._resume(cfg.runner.resume_dir)
+        if resume_dir:
+            self._resume(resume_dir)
         elif cfg.runner.ckpt_path:
             self._load_weights(cfg.runner.ckpt_path)
         elif not cfg.runner.only_eval:
@@ -100,8 +102,8 @@ class EmbodiedRunner:
         self.version = self.groups.actor.load_checkpoint(str(ckpt.actor_dir(path))).wait()[0]
         self.global_step = state.global_step
         extra = state.extra
-        if self.reward_stats is not None and "reward_stats" in extra:
-            self.reward_stats.load_state_dict(extra["reward_stats"])
+        if "reward_stats" in extra:
+            self.groups.actor.set_reward_stats(extra["reward_stats"]).wait()
         self.groups.rollout.set_rng_state.each([(rng,) for rng in extra["rollout_rng"]]).wait()
         self.groups.env.set_state.each([(st,) for st in extra["env_state"]]).wait()
         self._sync_weights()
@@ -135,32 +137,26 @@ class EmbodiedRunner:
         video_step = self.global_step + 1 if mode == "train" else self.global_step
         env_call = g.env.interact(steps, mode, global_step=video_step, policy_version=self.version,
                                   reset_ids=reset_ids, fixed_epoch=fixed_epoch, video=video, repeat_states=repeat_states)
-        roll_call = g.rollout.generate(steps, mode, scoring=scoring, eval_epoch=fixed_epoch)
-        env_out, roll_out = env_call.wait(), roll_call.wait()
-        times = {key: max(r[1][key] for r in roll_out) for key in roll_out[0][1]}  # the slowest worker's
-        traj = concat_trajectories([r[0] for r in roll_out]) if mode == "train" else None
-        return traj, env_out, times
+        roll_call = g.rollout.generate(steps, mode, store=mode == "train", scoring=scoring, eval_epoch=fixed_epoch)
+        env_out, roll_out = wait_together([env_call, roll_call])
+        times = combine_worker_metrics([r[1] for r in roll_out])
+        trajectories = [r[0][0] for r in roll_out] if mode == "train" else None
+        return trajectories, env_out, times
 
     def train_step(self) -> dict[str, float]:
         cfg, timer, metrics = self.cfg, Timer(), {}
+        TRAFFIC.reset()
         with timer("step"):
-            trajs = []
+            trajectories = []  # per rollout epoch, references to each rollout rank's trajectory
             with timer("rollout"):
                 for _ in range(cfg.algorithm.rollout_epoch):
-                    traj, env_out, roll_times = self.rollout("train")
-                    m = {**_merge_env_metrics(env_out, prefix="env"), **roll_times}
-                    trajs.append(traj)
+                    refs, env_out, roll_times = self.rollout("train")
+                    m = {**merge_env_metrics(env_out, prefix="env"), **roll_times}
+                    trajectories.append(refs)
                     for k, v in m.items():
                         metrics[k] = metrics.get(k, 0.0) + v / cfg.algorithm.rollout_epoch
-            with timer("advantages"):
-                # Rollout epochs join along the env axis (whole GRPO groups stay together).
-                batch = concat_trajectories(trajs).to_batch()
-                adv = compute_advantages(cfg.algorithm, batch, action_dim=cfg.actor.model.action_dim,
-                                         auto_reset=cfg.env.train.auto_reset, reward_stats=self.reward_stats)
-                batch.update(adv)
-                metrics.update(_rollout_stats(batch))
-            with timer("train"):
-                train_metrics = self.groups.actor.train_step(ray.put(actor_batch(batch))).wait()[0]
+            with timer("train"):  # the actor ranks read the trajectories from the object store
+                train_metrics = self.groups.actor.train_on_rollouts(trajectories).wait()[0]
             with timer("weight_sync"):
                 self._sync_weights()
         times = timer.metrics("time/")
@@ -169,7 +165,7 @@ class EmbodiedRunner:
         if times["time/rollout_s"] > 0:
             times["time/env_utilisation"] = env_busy / times["time/rollout_s"]
             times["time/rollout_utilisation"] = infer / times["time/rollout_s"]
-        return {**metrics, **train_metrics, **times}
+        return {**metrics, **train_metrics, **times, **TRAFFIC.metrics()}
 
     def sft_step(self) -> dict[str, float]:
         timer = Timer()
@@ -180,9 +176,10 @@ class EmbodiedRunner:
         return metrics
 
     def _sync_weights(self) -> None:
-        results = self.groups.actor.get_trainable_state_dict().wait()
-        sd, version = results[0]
-        self.groups.rollout.update_weights(sd, version).wait()
+        """Actor rank 0 puts the weights in its object store; the rollout workers fetch them
+        from there (the driver passes the reference only)."""
+        (ref,), version = self.groups.actor.share_trainable_state_dict().wait()[0]
+        self.groups.rollout.update_weights(ref, version).wait()
         self.version = version
 
     @property
@@ -217,17 +214,17 @@ class EmbodiedRunner:
                 _, env_out, roll_times = self.rollout("eval", ids[k] if ids else None, fixed_epoch=k, video=k == 0 and j == 0,
                                                       scoring=scoring, repeat_states=j > 0)
                 parts[scoring] += env_out
-                times = {key: times.get(key, 0.0) + v for key, v in roll_times.items()}
+                times = {key: times.get(key, 0.0) + v for key, v in roll_times.items() if key.startswith("time/")}
                 if episodes:
                     outcomes[scoring] += [(k, o) for worker in self.groups.env.last_episodes().wait() for o in worker]
         metrics: dict[str, float] = {}
         for scoring in scorings:
-            named = {k: v for k, v in _merge_env_metrics(parts[scoring], prefix=f"eval/{scoring}").items() if k.startswith("eval/")}
+            named = {k: v for k, v in merge_env_metrics(parts[scoring], prefix=f"eval/{scoring}").items() if k.startswith("eval/")}
             metrics.update(add_success_intervals(named, f"eval/{scoring}"))
         primary = f"eval/{scorings[0]}/"
         metrics.update({"eval/" + k.removeprefix(primary): v for k, v in list(metrics.items()) if k.startswith(primary)})
         all_parts = [p for scoring in scorings for p in parts[scoring]]
-        metrics.update({k: v for k, v in _merge_env_metrics(all_parts, prefix="eval").items() if k.startswith("time/")})
+        metrics.update({k: v for k, v in merge_env_metrics(all_parts, prefix="eval").items() if k.startswith("time/")})
         metrics.update(times)
         return metrics, outcomes
 
@@ -271,7 +268,15 @@ class EmbodiedRunner:
                 evaluations.append((0, self.evaluate()))
                 logger.log(0, evaluations[-1][1], counts=False)
             while self.global_step < cfg.max_steps and not stop.requested:
-                metrics = step()
+                try:
+                    metrics = step()
+                except WorkerError as err:
+                    if not err.died or not may_restart(self.cfg, self.restarts):
+                        raise
+                    self._restart(err)
+                    logger.rewind(self.global_step)
+                    continue
+                metrics["recovery/restarts"] = float(self.restarts)
                 self.global_step += 1
                 if evaluates_after(self.cfg, self.global_step):
                     evaluations.append((self.global_step, self.evaluate()))
@@ -280,9 +285,9 @@ class EmbodiedRunner:
                 if saves_after(self.cfg, self.global_step):
                     saved = (self.global_step, self.save())
             if len(evaluations) > 1:
-                logger.note(_eval_change(evaluations[0], evaluations[-1], self.scorings))
+                logger.note(eval_change(evaluations[0], evaluations[-1], self.scorings))
             elif evaluations:
-                logger.note(_eval_summary(evaluations[0][1], self.scorings))
+                logger.note(eval_summary(evaluations[0][1], self.scorings))
             if self.global_step > 0:
                 # the last step's checkpoint, unless save_interval just wrote it
                 path = saved[1] if saved and saved[0] == self.global_step else self.save()
@@ -293,11 +298,23 @@ class EmbodiedRunner:
                 return 130
         return 0
 
+    def _restart(self, err: WorkerError) -> None:
+        """A worker died: stop every group, start them again and resume from the last checkpoint
+        (or from the start); what the lost steps did is recomputed."""
+        self.restarts += 1
+        latest, reached = ckpt.latest_checkpoint(self.run_dir), self.global_step
+        log.warning("a worker died (%s); restart %d of %d from %s", err, self.restarts, self.cfg.runner.max_restarts,
+                    latest or "the start")
+        self.groups.shutdown()
+        self.groups, self.global_step, self.version, self._rollout_stale = None, 0, 0, False
+        self.setup(resume_dir=str(latest) if latest else None)
+        log.warning("restarted at step %d: repeating %d step(s)", self.global_step, reached - self.global_step)
+
     def eval_only(self) -> int:
         with MetricsLogger(self.cfg.runner.logger, self.run_dir, total_steps=1, config=_plain(self.cfg)) as logger:
             metrics = self.evaluate()
             logger.log(self.global_step, metrics)
-            logger.note(_eval_summary(metrics, self.scorings))
+            logger.note(eval_summary(metrics, self.scorings))
         return 0
 
     def compare(self, sources: list[PolicySource]) -> int:
@@ -318,7 +335,7 @@ class EmbodiedRunner:
             self.global_step = i
             log.info("evaluating %s: %s (%s)", src.label, src.path, src.kind)
             metrics[src.label], episodes[src.label] = self._evaluate(episodes=True)
-            log.info("%s: %s", src.label, _eval_summary(metrics[src.label], self.scorings))
+            log.info("%s: %s", src.label, eval_summary(metrics[src.label], self.scorings))
             videos[src.label] = str(Path(self.cfg.env.eval.video_cfg.video_base_dir) / f"step_{i:06d}")
         report = comparison_report(sources, self.scorings, episodes, metrics)
         if self.cfg.env.eval.video_cfg.save_video:
@@ -340,8 +357,9 @@ class EmbodiedRunner:
     def save(self) -> Path:
         extra: dict[str, Any] = {"rollout_rng": self.groups.rollout.get_rng_state().wait(),
                                  "env_state": self.groups.env.get_state().wait()}
-        if self.reward_stats is not None:
-            extra["reward_stats"] = self.reward_stats.state_dict()
+        reward_stats = self.groups.actor.get_reward_stats().wait()[0] if self.groups.actor is not None else None
+        if reward_stats is not None:
+            extra["reward_stats"] = reward_stats
         with ckpt.checkpoint_writer(self.run_dir, self.global_step) as tmp:
             self.groups.actor.save_checkpoint(str(ckpt.actor_dir(tmp))).wait()
             if self.dataset_statistics is not None:
@@ -364,82 +382,12 @@ class EmbodiedRunner:
             self.groups = None
 
 
-class GracefulStop:
-    """First Ctrl-C: finish the running step, save a checkpoint, exit 130 (a step stopped halfway
-    would leave the actor's weights and the driver's step count out of step). Second: abort now."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous = None
-
-    def _handle(self, signum, frame) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        log.warning("Ctrl-C: finishing this training step, then saving a checkpoint (press again to abort)")
-
-    def __enter__(self) -> Self:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-
-
 def spread_reset_ids(num_states: int, num_envs: int, group_size: int = 1) -> list[int]:
     """Reset id per sub-env: groups of `group_size` share one, groups spaced evenly over [0, num_states).
 
     With LIBERO's r = 50 * task + init_state, N groups over T tasks cover every task equally."""
     groups = num_envs // group_size
     return [(g * num_states) // groups for g in range(groups) for _ in range(group_size)]
-
-
-def _rate(metrics: dict[str, float], prefix: str) -> tuple[float, str]:
-    """(success_once, its formatted rate with Wilson interval and counts) under `prefix`."""
-    rate, n = metrics.get(f"{prefix}/success_once", math.nan), int(metrics.get(f"{prefix}/num_trajectories", 0))
-    return rate, format_rate(round(rate * n), n) if math.isfinite(rate) else format_rate(0, 0)
-
-
-def _eval_change(first: tuple[int, dict[str, float]], last: tuple[int, dict[str, float]], scorings: list[str]) -> str:
-    """One line per scoring comparing two evaluations' held-out success (the run's result at a glance)."""
-    (s0, m0), (s1, m1) = first, last
-    lines = []
-    for scoring in scorings:
-        (a, ra), (b, rb) = _rate(m0, f"eval/{scoring}"), _rate(m1, f"eval/{scoring}")
-        lines.append(f"eval success, {scoring} (95 % Wilson interval): {ra} at step {s0} -> {rb} at step {s1}: "
-                     f"{100 * (b - a):+.1f} points")
-    return "\n".join(lines)
-
-
-def _eval_summary(metrics: dict[str, float], scorings: list[str]) -> str:
-    """One line: every scoring's held-out success with its interval (an evaluation at a glance)."""
-    return "eval success (95 % Wilson interval): " + "; ".join(f"{s} {_rate(metrics, f'eval/{s}')[1]}" for s in scorings)
-
-
-def _merge_env_metrics(parts: list[dict[str, float]], prefix: str) -> dict[str, float]:
-    """Episode-weighted means over env workers, renamed env/* -> <prefix>/*; time/* as the slowest worker's."""
-    out = {f"{prefix}/{k[4:]}": v for k, v in merge_metrics(parts, "env/").items()}
-    for key in {k for p in parts for k in p if k.startswith("time/")}:
-        out[key] = max(p[key] for p in parts if key in p)
-    return out
-
-
-def _rollout_stats(batch: dict) -> dict[str, float]:
-    mask = batch["loss_mask"].float()
-    denom = mask.sum().clamp_min(1.0)
-    out = {
-        "rollout/reward_per_step": float(batch["rewards"].float().mean()),
-        "rollout/logprob_mean": float((batch["logprobs"] * mask).sum() / denom),
-        "rollout/advantage_mean": float((batch["advantages"] * mask).sum() / denom),
-        "rollout/valid_token_fraction": float(mask.mean()),
-    }
-    if "values" in batch:
-        out["rollout/value_mean"] = float(batch["values"].float().mean())
-    if "returns" in batch:
-        out["rollout/return_target_mean"] = float(batch["returns"].float().mean())
-    return out
 
 
 def _plain(cfg: RootConfig) -> dict:

@@ -14,6 +14,7 @@ from embodied_rl.distributed.placement import envs_per_worker, rollout_rank_of
 from embodied_rl.envs import ChunkedVectorEnv, make_env
 from embodied_rl.envs.metrics import episode_metrics, merge_metrics
 from embodied_rl.evaluation.provenance import simulator_facts
+from embodied_rl.process_env import configure_process_env
 from embodied_rl.timing import Timer
 from embodied_rl.types import EpisodeOutcome, EpisodeSummary
 from embodied_rl.workers.protocol import (
@@ -40,6 +41,8 @@ class EnvWorker:
         video_dirs: dict[str, str] | None = None,
         run_name: str = "",
     ):
+        # Before any simulator loads: on a node the driver did not start, nothing set these.
+        configure_process_env()
         unknown = set(env_cfgs) - set(MODES)
         if unknown:
             raise ValueError(f"EnvWorker: unknown modes {sorted(unknown)}; valid: {MODES}")
@@ -150,6 +153,7 @@ class EnvWorker:
         for env in envs:
             env.end_video()
         metrics.update(timer.metrics("time/env/"))
+        metrics.update(self.wiring.obs.take_counts("obs"))
         return metrics
 
     def _send(self, msg: EnvStepMessage) -> None:

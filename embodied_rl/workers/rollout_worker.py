@@ -19,6 +19,7 @@ import dataclasses
 from collections import defaultdict
 
 import numpy as np
+import ray
 import torch
 
 from embodied_rl.config.schema.model import ModelConfig
@@ -81,10 +82,12 @@ class RolloutWorker:
 
     # ------------------------------------------------------------------ rollout
     @torch.no_grad()
-    def generate(self, n_chunk_steps: int, mode: str = "train", *, send: bool = False, scoring: str = "greedy",
-                 eval_epoch: int = 0) -> tuple[Trajectory | None, dict[str, float]]:
+    def generate(self, n_chunk_steps: int, mode: str = "train", *, send: bool = False, store: bool = False,
+                 scoring: str = "greedy", eval_epoch: int = 0) -> tuple[Trajectory | list | None, dict[str, float]]:
         """Serve one rollout epoch of T chunk steps: (Trajectory, time/rollout/* metrics).
 
+        store: put the trajectory in this node's object store and return [its reference]
+        instead (in a list, so the caller passes the reference on without fetching the data).
         send: put the trajectory on the trajectories channel under
         `trajectory_key(wiring.trajectory_queue, rank)` (shared memory on one host, for the
         actor side to `get`) and return None in its place.
@@ -109,10 +112,12 @@ class RolloutWorker:
                     self._act(rec[s], msgs, s, t, n_chunk_steps, spec, keep, generator)
         if self.enable_offload:
             self.offload()
-        metrics = timer.metrics("time/rollout/")
+        metrics = {**timer.metrics("time/rollout/"), **self.wiring.actions.take_counts("actions")}
         if not keep:
             return None, metrics
         traj = self._build(rec)
+        if store:
+            return [ray.put(traj)], metrics
         if not send:
             return traj, metrics
         if self.wiring.trajectories is None:

@@ -14,8 +14,8 @@ L = C*A action tokens, Kv = 1 or C values per chunk), all tensors time-major [T,
     value_mask      bool  [T, N, Kv]               (critic only)
     ref_logprobs    float [T, N, L]                optional, for algorithm.use_kl_loss
 
-The runner computes advantages (it holds the whole rollout and the running reward stats);
-the actor only trains. One sample = one (chunk step, env) pair.
+Each actor rank builds it from the rollout workers' trajectories (`ActorWorker.train_on_rollouts`:
+`Trajectory.to_batch` plus the estimator's outputs); one sample = one (chunk step, env) pair.
 """
 from __future__ import annotations
 
@@ -110,3 +110,20 @@ def rank_micro_batches(global_indices: Tensor, micro: int, rank: int, world: int
     per_rank = len(global_indices) // world
     mine = global_indices[rank * per_rank:(rank + 1) * per_rank]
     return [mine[i: i + micro] for i in range(0, per_rank, micro)]
+
+
+def rollout_stats(batch: dict) -> dict[str, float]:
+    """rollout/* metrics of a rollout batch with its advantages (before `actor_batch`)."""
+    mask = batch["loss_mask"].float()
+    denom = mask.sum().clamp_min(1.0)
+    out = {
+        "rollout/reward_per_step": float(batch["rewards"].float().mean()),
+        "rollout/logprob_mean": float((batch["logprobs"] * mask).sum() / denom),
+        "rollout/advantage_mean": float((batch["advantages"] * mask).sum() / denom),
+        "rollout/valid_token_fraction": float(mask.mean()),
+    }
+    if "values" in batch:
+        out["rollout/value_mean"] = float(batch["values"].float().mean())
+    if "returns" in batch:
+        out["rollout/return_target_mean"] = float(batch["returns"].float().mean())
+    return out

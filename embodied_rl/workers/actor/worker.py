@@ -21,12 +21,17 @@ import logging
 import math
 from pathlib import Path
 
+import ray
 import torch
 import torch.distributed as dist
 from safetensors.torch import load_file, save_file
 from torch.distributed.tensor import DTensor
 
-from embodied_rl.algorithms import compute_actor_critic_loss
+from embodied_rl.algorithms import (
+    RunningRewardStats,
+    compute_actor_critic_loss,
+    compute_advantages,
+)
 from embodied_rl.algorithms.sft import sft_loss
 from embodied_rl.distributed.rng import (
     capture_rng_state,
@@ -34,16 +39,20 @@ from embodied_rl.distributed.rng import (
     seed_everything,
 )
 from embodied_rl.models import build_policy
+from embodied_rl.timing import Timer
 from embodied_rl.workers.actor import OPTIM_FILE, STATE_FILE, WEIGHTS_FILE, fsdp
 from embodied_rl.workers.actor.batch import (
+    actor_batch,
     check_batch_sizes,
     flatten_batch,
     minibatch_plan,
     num_samples,
     rank_micro_batches,
+    rollout_stats,
     select,
 )
 from embodied_rl.workers.actor.optim import build_optimizer, build_scheduler
+from embodied_rl.workers.protocol import concat_trajectories
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +68,8 @@ class ActorWorker:
         self.device = torch.device("cpu")
         self._offloaded = False
         self.sft_samples = self.sft_sampler = None
+        # Identical on every rank: each computes the advantages of the whole batch.
+        self.reward_stats = RunningRewardStats() if cfg.algorithm.reward_norm == "running" else None
 
     # ---- set-up ------------------------------------------------------------------------
     def get_master_address(self) -> tuple[str, int]:
@@ -87,6 +98,27 @@ class ActorWorker:
         return {"rank": self.rank, "device": str(self.device), "backend": dist.get_backend(), "trainable_params": trainable}
 
     # ---- training ----------------------------------------------------------------------
+    def train_on_rollouts(self, trajectories: list[list[ray.ObjectRef]]) -> dict[str, float]:
+        """One training step on a step's rollouts: per rollout epoch, a reference to each rollout
+        rank's Trajectory (rank order), read from the object store. Every rank reads them all and
+        computes the same advantages, so no rollout data passes through the driver. Returns the
+        rollout/* statistics, train_step's metrics and time/advantages_s (reading + estimating)."""
+        timer = Timer("advantages")
+        with timer("advantages"):
+            # Rollout epochs join along the env axis (whole GRPO groups stay together).
+            batch = concat_trajectories([concat_trajectories(ray.get(refs)) for refs in trajectories]).to_batch()
+            batch.update(compute_advantages(self.cfg.algorithm, batch, action_dim=self.cfg.actor.model.action_dim,
+                                            auto_reset=self.cfg.env.train.auto_reset, reward_stats=self.reward_stats))
+        stats = rollout_stats(batch)
+        return {**stats, **self.train_step(actor_batch(batch)), **timer.metrics("time/")}
+
+    def get_reward_stats(self) -> dict | None:
+        return self.reward_stats.state_dict() if self.reward_stats is not None else None
+
+    def set_reward_stats(self, state: dict) -> None:
+        if self.reward_stats is not None:
+            self.reward_stats.load_state_dict(state)
+
     def train_step(self, batch: dict) -> dict[str, float]:
         """`algorithm.update_epoch` passes over the batch, one optimizer step per global
         minibatch, then one LR-scheduler step. Returns metrics averaged over all ranks."""
@@ -231,6 +263,13 @@ class ActorWorker:
         self._require_setup()
         self.onload()
         return fsdp.gather_full(self.policy.trainable_state_dict(), self.rank), self.version
+
+    def share_trainable_state_dict(self) -> tuple[list[ray.ObjectRef] | None, int]:
+        """get_trainable_state_dict, with rank 0's tensors put in its node's object store:
+        [reference] on rank 0, None elsewhere; the rollout workers fetch them from there, never
+        through the driver. Collective."""
+        sd, version = self.get_trainable_state_dict()
+        return ([ray.put(sd)] if sd is not None else None), version
 
     def offload(self) -> None:
         """Move weights, gradients and optimizer state to CPU (only with actor.enable_offload)."""
