@@ -65,6 +65,18 @@ def _core_outputs(hf, inputs):
                       hf.model_cfg.num_action_tokens, extra, hf.model_cfg.append_stop_token)
 
 
+def test_engine_starts_next_to_libraries_that_break_vllms_module_scan(ckpt):
+    """vLLM scans every loaded module at engine start on CPU. llvmlite's ffi.lib (numba) and
+    trimesh's placeholders for missing optional modules (ManiSkill) broke that scan before
+    register() guarded it; the whole test session has both loaded."""
+    import llvmlite.binding.ffi  # noqa: F401
+
+    pytest.importorskip("trimesh.boolean")
+
+    eng = VLLMOpenVLAOFT(ckpt, _cfg(ckpt), max_num_seqs=2)
+    eng.close()
+
+
 def test_tiny_preset_uses_the_models_own_sdpa(engine):
     assert engine.attention == "sdpa"  # head size 16: vLLM's CPU kernels do not support it
 
@@ -160,6 +172,27 @@ def test_weight_sync_changes_actions_as_loading_into_hf_does(hf, engine, ckpt, t
     assert torch.equal(engine.predict(inputs, do_sample=False).action_tokens, before.action_tokens)
 
 
+def test_weight_sync_invalidates_vision_features_of_images_seen_before(hf, engine):
+    """vLLM caches encoder (vision) outputs by image hash: after a sync that changes only the
+    projector, the same images must be encoded again, as the HF policy does."""
+    old = {k: v.clone() for k, v in hf.trainable_state_dict().items()}
+    new = {k: v * 1.5 if k.startswith("vla.projector.") else v for k, v in old.items()}
+    inputs = hf.prepare_inputs(_obs(9))
+    before = engine.predict(inputs, do_sample=False)
+    try:
+        engine.load_trainable_state_dict(new)
+        hf.load_trainable_state_dict(new)
+        with torch.no_grad():
+            ref = hf.predict(inputs, do_sample=False)
+        out = engine.predict(inputs, do_sample=False)
+        assert (ref.logprobs - before.logprobs).abs().max() > 100 * TOL  # the projector matters here
+        assert torch.equal(out.action_tokens, ref.action_tokens)
+        assert (out.logprobs - ref.logprobs).abs().max() < TOL
+    finally:
+        engine.load_trainable_state_dict(old)
+        hf.load_trainable_state_dict(old)
+
+
 def test_batch_larger_than_the_engine_batch_keeps_request_order(hf, engine):
     """12 requests through an engine of max_num_seqs=8: two scheduler steps, outputs in order."""
     inputs = hf.prepare_inputs(_obs(6, n=12))
@@ -198,6 +231,33 @@ def test_vllm_encoder_only_attention_path_with_two_cameras_matches_hf(tmp_path):
         assert (changed - base).abs().max() > 1e-3
     finally:
         eng.close()
+
+
+def test_lora_adapters_are_folded_into_the_engine_as_peft_applies_them(ckpt):
+    """is_lora: the actor syncs adapters and heads only; the engine gets the core with the
+    adapters folded in (Linear layers and the ViTs' Conv2d patch embeddings alike) and acts as
+    the HF policy with those adapters does."""
+    cfg = _cfg(ckpt, is_lora=True, lora_rank=4)
+    hf_lora = build_policy(cfg, device="cpu", warn_untrained_value_head=False).eval()
+    gen = torch.Generator().manual_seed(0)
+    sd = {k: v + 0.05 * torch.randn(v.shape, generator=gen) if "lora_B" in k else v
+          for k, v in hf_lora.trainable_state_dict().items()}
+    assert any("patch_embed.proj.lora_B" in k for k in sd) and not any("base_layer" in k for k in sd)
+    engine = VLLMOpenVLAOFT(ckpt, cfg, max_num_seqs=8)
+    try:
+        inputs = hf_lora.prepare_inputs(_obs(11))
+        before = engine.predict(inputs, do_sample=False)
+        hf_lora.load_trainable_state_dict(sd)
+        engine.load_trainable_state_dict(sd)
+        with torch.no_grad():
+            ref = hf_lora.predict(inputs, do_sample=False)
+        out = engine.predict(inputs, do_sample=False)
+    finally:
+        engine.close()
+    assert not torch.equal(out.action_tokens, before.action_tokens)
+    assert torch.equal(out.action_tokens, ref.action_tokens)
+    assert (out.logprobs - ref.logprobs).abs().max() < TOL
+    assert (out.values - ref.values).abs().max() < TOL
 
 
 def test_critic_saved_inside_the_main_weights_runs_on_the_host(tmp_path):

