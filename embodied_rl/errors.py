@@ -11,3 +11,8 @@ class ConfigError(UserError):
 
 class CheckpointError(UserError):
     """A model or training checkpoint that is missing files, or whose tensors do not match."""
+
+
+class RunError(Exception):
+    """The run could not go on (a worker failed or died past runner.max_restarts): not the
+    user's input, so the CLI prints the one-line message and exits 1."""

@@ -5,8 +5,47 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
+
+# A 3-step PPO run on PickCube at 64 px (2 actor ranks, 2 env workers, 1 rollout worker, a
+# checkpoint every step): the run the fault and leak tests interrupt. Format with out, model
+# and max_restarts.
+SMALL_PPO = """\
+defaults:
+  - env/maniskill_pick_cube@env.train
+  - env/maniskill_pick_cube@env.eval
+cluster:
+  component_placement: {{actor: 0-1, env: 0-1, rollout: 0}}
+runner:
+  output_dir: {out}
+  max_steps: 3
+  save_interval: 1
+  max_restarts: {max_restarts}
+  seed: 5
+  logger:
+    logger_backends: [console]
+algorithm:
+  adv_type: gae
+  reward_type: chunk_level
+  reward_norm: running
+env:
+  train:
+    total_num_envs: 4
+    auto_reset: true
+    max_episode_steps: 16
+    init_params: {{camera_heights: 64, camera_widths: 64}}
+    video_cfg: {{save_video: false}}
+actor:
+  micro_batch_size: 4
+  global_batch_size: 8
+  model:
+    model_path: {model}
+    create_preset: {{name: tiny, image_size: 64}}
+    add_value_head: true
+    value_type: chunk_level
+"""
 
 
 def _cli(args: tuple[str, ...], cwd: Path, timeout: int) -> subprocess.CompletedProcess:
@@ -19,6 +58,25 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     proc = _cli(args, cwd, 1500)
     assert proc.returncode == 0, f"{args} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     return proc
+
+
+def start_cli(*args: str, cwd: Path) -> subprocess.Popen:
+    """The CLI as a background process in a session of its own, as a terminal would run it (a
+    Ctrl-C there reaches its whole process group: os.killpg(proc.pid, SIGINT)); output merged."""
+    env = dict(os.environ, WANDB_MODE="offline", PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, "-m", "embodied_rl.cli", *args], cwd=cwd, env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def wait_for_checkpoint(proc: subprocess.Popen, run_dir: Path, step: int, timeout_s: float = 600) -> None:
+    """Block until the run has saved global step `step` (the next step is then under way)."""
+    meta = run_dir / "checkpoints" / f"global_step_{step:08d}" / "meta.json"
+    deadline = time.monotonic() + timeout_s
+    while not meta.is_file():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            out = proc.stdout.read() if proc.poll() is not None else ""
+            raise AssertionError(f"no checkpoint of step {step} (exit {proc.returncode}):\n{out[-3000:]}")
+        time.sleep(0.2)
 
 
 def run_cli_failing(*args: str, cwd: Path) -> subprocess.CompletedProcess:

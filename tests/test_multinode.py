@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_runs import read_metrics, run_cli
+from tests.cli_runs import read_metrics, run_cli, run_cli_failing
 
 pytestmark = [pytest.mark.slow, pytest.mark.maniskill]
 
@@ -140,3 +140,16 @@ def test_resume_across_nodes_repeats_the_step(workdir: Path):
     assert sorted(b) == [2]
     learning = [k for k in a[2] if k.startswith(("train/", "env/", "rollout/"))]
     assert learning and {k: b[2][k] for k in learning} == {k: a[2][k] for k in learning}
+
+
+def test_a_path_the_workers_do_not_share_is_refused_at_start(workdir: Path):
+    """The raylets run in another working directory than the CLI: a relative output path names
+    a different directory for the workers, which the start-up probe finds before any worker."""
+    proc = run_cli_failing("train", str(workdir / "configs" / "mn.yaml"), "runner.experiment_name=relative",
+                           f"cluster.component_placement={json.dumps(MODES['disaggregated'][0])}",
+                           "runner.output_dir=relative_runs", cwd=workdir)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and lines[-1].startswith("error: runner.logger.log_path=relative_runs/relative is not "
+                                                         "the same directory on node "), proc.stderr[-3000:]
+    assert "give absolute paths" in lines[-1]
+    assert not (workdir / "runs" / "relative").exists() and not list((workdir / "relative_runs" / "relative").glob("*.json"))

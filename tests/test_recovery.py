@@ -10,59 +10,28 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from embodied_rl.runtime.groups import run_worker_pids
-from tests.cli_runs import read_metrics, run_cli
+from tests.cli_runs import (
+    SMALL_PPO,
+    read_metrics,
+    run_cli,
+    start_cli,
+    wait_for_checkpoint,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.maniskill]
-
-CONFIG = """\
-defaults:
-  - env/maniskill_pick_cube@env.train
-  - env/maniskill_pick_cube@env.eval
-cluster:
-  component_placement: {{actor: 0-1, env: 0-1, rollout: 0}}
-runner:
-  output_dir: {out}
-  max_steps: 3
-  save_interval: 1
-  max_restarts: 1
-  seed: 5
-  logger:
-    logger_backends: [console]
-algorithm:
-  adv_type: gae
-  reward_type: chunk_level
-  reward_norm: running
-env:
-  train:
-    total_num_envs: 4
-    auto_reset: true
-    max_episode_steps: 16
-    init_params: {{camera_heights: 64, camera_widths: 64}}
-    video_cfg: {{save_video: false}}
-actor:
-  micro_batch_size: 4
-  global_batch_size: 8
-  model:
-    model_path: {model}
-    create_preset: {{name: tiny, image_size: 64}}
-    add_value_head: true
-    value_type: chunk_level
-"""
 
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("recovery")
     (root / "configs").mkdir()
-    (root / "configs" / "rec.yaml").write_text(CONFIG.format(out=root / "runs", model=root / "tiny-oft"))
+    (root / "configs" / "rec.yaml").write_text(SMALL_PPO.format(out=root / "runs", model=root / "tiny-oft", max_restarts=1))
     return root
 
 
@@ -80,16 +49,9 @@ def _learning(row: dict) -> dict:
 def test_run_survives_a_killed_worker(workdir: Path, uninterrupted: dict[int, dict], victim: str):
     name = "kill_" + victim.removesuffix("Worker").lower()
     run = workdir / "runs" / name
-    env = dict(os.environ, WANDB_MODE="offline", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "embodied_rl.cli", "train", str(workdir / "configs" / "rec.yaml"),
-                             f"runner.experiment_name={name}"], cwd=workdir, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = start_cli("train", str(workdir / "configs" / "rec.yaml"), f"runner.experiment_name={name}", cwd=workdir)
     try:
-        first = run / "checkpoints" / "global_step_00000001"
-        deadline = time.monotonic() + 600
-        while not (first / "meta.json").is_file():  # step 2 is under way once step 1 is saved
-            assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its first checkpoint"
-            time.sleep(0.2)
+        wait_for_checkpoint(proc, run, 1)  # step 2 is under way once step 1 is saved
         pids = run_worker_pids(name, victim)
         assert pids, f"no {victim} process of run {name}"
         os.kill(pids[-1], signal.SIGKILL)

@@ -3,7 +3,8 @@
 Subcommands live in a table (`COMMANDS`); each parses its own arguments and either runs
 here (print-config) or dispatches to the module that implements it, imported lazily so
 that e.g. `review` never imports torch-heavy training code. User errors print one line
-`error: ...` on stderr and exit with code 2.
+`error: ...` on stderr and exit with code 2; a run that cannot go on (RunError) prints its
+line and exits 1.
 """
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from embodied_rl.errors import UserError
+from embodied_rl.errors import RunError, UserError
 from embodied_rl.process_env import configure_process_env
 
 EXIT_USER_ERROR = 2
+EXIT_RUN_FAILED = 1
 
 
 @dataclass(frozen=True)
@@ -200,6 +202,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except RunError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_RUN_FAILED
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -9,6 +9,7 @@ and actor all on slot 0 of a 2-core box).
 from __future__ import annotations
 
 import inspect
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -27,6 +28,8 @@ from embodied_rl.distributed.resources import (
 )
 from embodied_rl.distributed.traffic import TRAFFIC, payload_bytes
 from embodied_rl.errors import ConfigError, UserError
+
+log = logging.getLogger(__name__)
 
 
 class WorkerError(RuntimeError):
@@ -53,16 +56,20 @@ class RayCluster:
         """`resources`: the slots the config was validated against; Ray must offer exactly
         those (else a ConfigError), so nothing that was checked can change under the run."""
         address = ray_address(address)
-        self._started_ray = False
+        self.started_ray = False
         self.pg = None
         if not ray.is_initialized():
             if address:
-                ray.init(address=address, log_to_driver=True)
+                context = ray.init(address=address, log_to_driver=True)
             else:
                 slots = num_cpu_slots or local_cpu_count()
                 # "local": a new Ray of our own, never a cluster some `ray start` left on this machine
-                ray.init(address="local", num_cpus=max(slots, local_cpu_count()), include_dashboard=False, log_to_driver=True)
-                self._started_ray = True
+                context = ray.init(address="local", num_cpus=max(slots, local_cpu_count()), include_dashboard=False,
+                                   log_to_driver=True)
+                self.started_ray = True
+            # Where the workers' own logs and tracebacks are; also how this run's Ray processes
+            # are told apart from other sessions' (their command lines name it).
+            log.info("ray session: %s", context.address_info.get("session_dir"))
         self._wait_for_nodes(num_nodes, wait_nodes_s)
         total = ray.cluster_resources()
         found = from_totals(total.get("CPU", 0), total.get("GPU", 0), num_nodes=num_nodes, num_cpu_slots=num_cpu_slots,
@@ -122,7 +129,7 @@ class RayCluster:
         if self.pg is not None:
             remove_placement_group(self.pg)
             self.pg = None
-        if self._started_ray:
+        if self.started_ray:
             ray.shutdown()
 
 
@@ -165,11 +172,17 @@ def gather_ranks(refs: Sequence[ray.ObjectRef], name: str, timeout: float | None
             if isinstance(cause, UserError):
                 raise cause from err  # config problems surface as the one-line user error
             first = first or err
-            reports.append(f"rank {rank} failed: {type(cause).__name__}: {cause}")
+            reports.append(f"rank {rank} failed: {type(cause).__name__}: {_first_line(cause)}")
         except ray.exceptions.RayError as err:  # actor died, object lost, ...
             first, died = first or err, True
-            reports.append(f"rank {rank} failed: {type(err).__name__}: {str(err).splitlines()[0]}")
+            reports.append(f"rank {rank} failed: {type(err).__name__}: {_first_line(err)}")
     raise WorkerError(f"{name} " + "; ".join(reports), died=died) from first
+
+
+def _first_line(err: BaseException) -> str:
+    """The report stays one line; the whole remote traceback is chained to the WorkerError."""
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else ""
 
 
 def wait_together(calls: Sequence[GroupCall], timeout: float | None = None) -> list[list[Any]]:

@@ -21,6 +21,7 @@ from embodied_rl.config.schema import RootConfig
 from embodied_rl.distributed.channel import Channel
 from embodied_rl.distributed.placement import Placement
 from embodied_rl.distributed.resources import detect_resources
+from embodied_rl.distributed.shared_fs import check_shared_paths
 from embodied_rl.distributed.worker_group import RayCluster, WorkerError, WorkerGroup
 from embodied_rl.workers.protocol import ChannelWiring, SamplingSpec
 
@@ -92,6 +93,8 @@ def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs
     those); Ray actors are named <group_name>_<rank> in a namespace of their own per run."""
     cluster = RayCluster.from_config(cfg.cluster, detect_resources(cfg.cluster))
     try:
+        if not cluster.started_ray:
+            check_shared_paths(cluster.slot_node_ids, *shared_paths(cfg, with_actor=with_actor))
         plan: RunPlan = plan_run(cfg, cluster.resources)
         placement = plan.placement
         run_id = f"{run_name[:RUN_TAG_CHARS]}-{uuid.uuid4().hex[:6]}"
@@ -130,6 +133,19 @@ def rollout_worker_kwargs(cfg: RootConfig, num_env_workers: int) -> dict[str, An
             "sampling": sampling_specs(cfg), "compute_values": cfg.algorithm.uses_critic,
             "enable_offload": cfg.rollout.enable_offload, "seed": cfg.runner.seed,
             "compute_ref_logprobs": needs_reference(cfg), "backend": cfg.rollout.backend}
+
+
+def shared_paths(cfg: RootConfig, *, with_actor: bool) -> tuple[dict[str, str], dict[str, str]]:
+    """(directories workers write to, paths workers read), by config key: what every node of a
+    run across nodes must see as the driver does."""
+    write = {"runner.logger.log_path": cfg.runner.logger.log_path}
+    write |= {f"env.{mode}.video_cfg.video_base_dir": getattr(cfg.env, mode).video_cfg.video_base_dir
+              for mode in used_modes(cfg) if getattr(cfg.env, mode).video_cfg.save_video}
+    read = {"rollout.model.model_path": cfg.rollout.model.model_path}
+    if with_actor:
+        read["actor.model.model_path"] = cfg.actor.model.model_path
+        read |= {f"data.train_data_paths[{i}]": p for i, p in enumerate(cfg.data.train_data_paths)}
+    return write, read
 
 
 def needs_reference(cfg: RootConfig) -> bool:

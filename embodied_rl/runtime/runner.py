@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,7 @@ from embodied_rl.config.schema import RootConfig
 from embodied_rl.distributed.rng import seed_everything
 from embodied_rl.distributed.traffic import TRAFFIC
 from embodied_rl.distributed.worker_group import WorkerError, wait_together
+from embodied_rl.errors import RunError
 from embodied_rl.evaluation.intervals import add_success_intervals
 from embodied_rl.evaluation.provenance import write_environment
 from embodied_rl.evaluation.summary import eval_change, eval_summary
@@ -371,15 +373,31 @@ class EmbodiedRunner:
         log.info("checkpoint: %s", path)
         return path
 
-    def close(self) -> None:
+    def close(self, graceful: bool = True) -> None:
+        """Stop the groups; `graceful` first lets env workers finish their videos and close
+        their simulators (a failed run skips it: a worker may be blocked on a dead peer)."""
         if self.groups is not None:
-            for call in (self.groups.env.close(), self.groups.rollout.close()):
+            calls = (self.groups.env.close(), self.groups.rollout.close()) if graceful else ()
+            for call in calls:
                 try:
                     call.wait(timeout=120)
                 except Exception as err:  # noqa: BLE001 - shutting down: report, keep releasing the rest
                     log.warning("worker close failed: %s", err)
             self.groups.shutdown()
             self.groups = None
+
+    def failure(self, err: WorkerError) -> RunError:
+        """The one-line error a run that cannot go on ends with; the whole chained traceback
+        (the worker's included) goes to <run dir>/error.log."""
+        log_file = self.run_dir / "error.log"
+        log_file.write_text("".join(traceback.format_exception(err)))
+        if err.died:
+            latest = ckpt.latest_checkpoint(self.run_dir)
+            resume = (f"resume from {latest} with runner.resume_dir=latest" if latest
+                      else "no checkpoint was written yet: start the run again")
+            return RunError(f"{err} (a worker process died; runner.max_restarts={self.cfg.runner.max_restarts} "
+                            f"restart(s) used: {self.restarts}); {resume}; traceback in {log_file}")
+        return RunError(f"{err}; traceback in {log_file}")
 
 
 def spread_reset_ids(num_states: int, num_envs: int, group_size: int = 1) -> list[int]:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from embodied_rl.config.schema import RootConfig
+from embodied_rl.distributed.worker_group import WorkerError
 
 
 def ensure_model(cfg: RootConfig) -> None:
@@ -42,8 +43,14 @@ def _run(cfg: RootConfig, body) -> int:
     from embodied_rl.runtime.runner import EmbodiedRunner
 
     runner = EmbodiedRunner(cfg)
+    failed = True
     try:
         runner.setup()
-        return body(runner)
+        code = body(runner)
+        failed = False
+        return code
+    except WorkerError as err:
+        raise runner.failure(err) from err
     finally:
-        runner.close()
+        # After a failure a worker may be blocked on a peer that is gone: no graceful close.
+        runner.close(graceful=not failed)
