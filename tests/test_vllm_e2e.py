@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -35,9 +36,16 @@ def vllm_run(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("vllm_e2e")
     config = root / "e2e.yaml"
     config.write_text(E2E_CONFIG.format(out=root / "runs", model=root / "tiny-oft"))
+    before = _engine_dirs()
     run_cli("train", str(config), "runner.experiment_name=vllm", "rollout.backend=vllm", "algorithm.update_epoch=1",
             "env.train.video_cfg.save_video=false", "env.eval.video_cfg.save_video=false", cwd=root)
+    (root / "engine_dirs_left.txt").write_text("\n".join(sorted(_engine_dirs() - before)))
     return root / "runs" / "vllm"
+
+
+def _engine_dirs() -> set[str]:
+    """The engine directories VLLMOpenVLAOFT makes in the temporary directory (config + weight links)."""
+    return {p.name for p in Path(tempfile.gettempdir()).glob("oft_vllm_*")}
 
 
 def test_two_ppo_steps_train_with_the_vllm_rollout(vllm_run: Path):
@@ -48,6 +56,11 @@ def test_two_ppo_steps_train_with_the_vllm_rollout(vllm_run: Path):
         assert row["env/num_trajectories"] > 0
         assert row["train/actor/optimizer_steps"] == 1.0
     assert (vllm_run / "checkpoints" / "global_step_00000002" / "actor" / "trainable.safetensors").is_file()
+
+
+def test_the_run_leaves_no_engine_directory(vllm_run: Path):
+    """A finished run leaves no engine directory behind (the rollout worker closes its engine)."""
+    assert (vllm_run.parents[1] / "engine_dirs_left.txt").read_text() == ""
 
 
 def test_rollout_log_probs_come_from_the_synced_weights(vllm_run: Path):
