@@ -9,7 +9,7 @@ backends are built through models/rollout_backends.py, as the rollout workers bu
     # CPU, tiny preset (needs `bash scripts/setup.sh --vllm`):
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rollout_backends.py --preset tiny --image-size 64
     # GPU, real-size preset (engine in fp32; not run here):
-    python benchmarks/rollout_backends.py --preset openvla-7b --image-size 224 --batches 1,8,32,64 --repeats 11
+    OMP_NUM_THREADS=8 .venv/bin/python benchmarks/rollout_backends.py --preset openvla-7b --image-size 224 --batches 1,8,32,64 --repeats 11
 """
 from __future__ import annotations
 
