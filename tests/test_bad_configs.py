@@ -85,7 +85,9 @@ CASES: list[tuple[str, list[str], str]] = [
     ("train", ["actor.fsdp_config.cpu_offload=true"], "actor.fsdp_config.cpu_offload=true needs GPUs"),
     ("train", ["env.train.init_params.sim_backend=gpu"], "sim_backend=gpu needs CUDA GPUs"),
     ("eval", ["env.eval.init_params.render_backend=gpu"], "render_backend=gpu needs CUDA GPUs"),
-    ("train", ["rollout.backend=vllm"], "rollout.backend: expected one of 'huggingface'"),
+    ("train", ["rollout.backend=sglang"], "rollout.backend: expected one of 'huggingface', 'vllm'"),
+    ("train", ["rollout.backend=vllm", "actor.model.attention_mode=causal"], "actor.model.attention_mode=causal with rollout.backend=vllm"),
+    ("train", ["rollout.backend=vllm", "actor.model.precision=bf16"], "actor.model.precision=bf16/fp16 with rollout.backend=vllm"),
     ("train", ["actor.training_backend=megatron"], "actor.training_backend: expected one of 'fsdp'"),
     # model and checkpoint files
     ("train", ["actor.model.model_path=nowhere/model", "actor.model.create_preset=null"], "actor.model.model_path=nowhere/model: no checkpoint there"),
@@ -149,12 +151,16 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]
 
     assert make_model_main(["tiny", str(cwd / EXISTING_56PX), "--image-size", "56"]) == 0
     cases = [(cmd, [*args, f"runner.output_dir={cwd}/runs/{i}"]) for i, (cmd, args, _) in enumerate(CASES)]
+    return cwd, _drive(cases, cwd)
+
+
+def _drive(cases: list[tuple[str, list[str]]], cwd: Path, prelude: str = "") -> list[dict]:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("RAY_ADDRESS", None)
-    proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(cases)], cwd=cwd, env=env,
+    proc = subprocess.run([sys.executable, "-c", prelude + DRIVER, json.dumps(cases)], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return cwd, json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def test_catalogue_is_large_enough() -> None:
@@ -176,6 +182,19 @@ def test_bad_config_is_one_line_exit_2_and_leaves_no_trace(outcomes: tuple[Path,
     assert got["children"] == [], f"processes were started: {got['children']}"
     assert not (cwd / "runs" / str(index)).exists(), "a run directory was created"
     assert not (cwd / "models").exists() and not (cwd / "nowhere").exists(), "a model file was created"
+
+
+def test_vllm_backend_without_vllm_names_the_set_up_flag(tmp_path: Path) -> None:
+    """As on a machine set up without --vllm: the interpreter is told vllm does not exist
+    (sys.modules[name] = None makes importlib's find_spec return None, as for a missing package)."""
+    got = _drive([("train", ["rollout.backend=vllm", f"runner.output_dir={tmp_path}/runs"])], tmp_path,
+                 prelude="import sys; sys.modules['vllm'] = None\n")[0]
+    lines = got["stderr"].strip().splitlines()
+    assert got["code"] == 2 and len(lines) == 1, got["stderr"][-3000:]
+    assert lines[0].startswith("error: rollout.backend=vllm needs vllm, which is not installed: run `bash scripts/setup.sh --vllm`"), lines[0]
+    assert "pip install '.[vllm]'" in lines[0]
+    assert not got["ray_initialized"] and got["children"] == []
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("args", [["env.train.total_num_envs=3"], ["cluster.component_placement=actor", "cluster.component_placement=env"]])

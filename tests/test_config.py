@@ -132,7 +132,7 @@ def test_interpolation_resolves_across_sections(project: Path) -> None:
         (["algorithm.max_steps=3"], "did you mean 'runner.max_steps'?"),
         (["runner.max_steps=abc"], "runner.max_steps: expected int, got 'abc'"),
         (["runner.only_eval=maybe"], "runner.only_eval: expected bool, got 'maybe'"),
-        (["rollout.backend=hf"], "rollout.backend: expected one of 'huggingface', got 'hf'"),
+        (["rollout.backend=hf"], "rollout.backend: expected one of 'huggingface', 'vllm', got 'hf'"),
         (["env.train=nope"], "env.train: unknown env config 'nope'; available: "),
         (["env.train.env_type=???"], "env.train: no env config chosen"),
         (["runner.experiment_name=???"], "runner.experiment_name: missing required value"),

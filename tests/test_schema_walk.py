@@ -428,13 +428,11 @@ def probe_ray(cfg: RootConfig, path: str) -> Any:
             chans = {k: (ch.name, ch.queue_size) for k in ("obs", "actions", "trajectories") if (ch := getattr(wiring, k))}
             worker = RolloutWorker(
                 dataclasses.replace(cfg.actor.model, model_path=cfg.rollout.model.model_path), wiring, rank=0, world_size=1,
-                num_env_workers=placement["env"].num_processes, pipeline_stage_num=cfg.rollout.pipeline_stage_num,
-                sampling=groups.sampling_specs(cfg), compute_values=cfg.algorithm.uses_critic,
-                enable_offload=cfg.rollout.enable_offload, seed=cfg.runner.seed,
-                compute_ref_logprobs=groups.needs_reference(cfg))
+                **groups.rollout_worker_kwargs(cfg, placement["env"].num_processes))
             # What the worker built (policies, reference, generator seed, served env ranks).
             rollout = (worker.env_ranks, worker.generator.initial_seed(),
                        sorted((k, type(v).__name__) for k, v in vars(worker).items() if v is not None))
+            worker.policy.close()  # an engine (rollout.backend) frees its memory here
         finally:
             for ch in {id(x): x for x in (wiring.obs, wiring.actions, wiring.trajectories) if x}.values():
                 ch.shutdown()

@@ -98,6 +98,9 @@ class BasePolicy(nn.Module):
         this policy cannot share its weights that way (the reference then loads a second copy)."""
         return None
 
+    def close(self) -> None:
+        """Release what the policy holds outside this module (an engine); a torch module holds nothing."""
+
     @abstractmethod
     def fsdp_units(self) -> list[nn.Module]:
         """Submodules to wrap with fully_shard individually (then wrap the policy itself as root)."""

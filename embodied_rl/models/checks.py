@@ -1,4 +1,5 @@
-"""Rules of the policy's files: a registered model type, checkpoints at the model paths, presets."""
+"""Rules of the policy's files and engines: a registered model type, checkpoints at the model
+paths, presets, the rollout backend's support for the model type and config."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -53,3 +54,11 @@ def _create_preset(cfg: RootConfig) -> None:
                 f"actor.model.create_preset: {key}={path} holds a checkpoint that is not the {preset.name} preset at "
                 f"{preset.image_size} px ({diff}); remove actor.model.create_preset to use it, or delete {path} to create the preset there"
             )
+
+
+@RULES.config_check
+def _rollout_backend(cfg: RootConfig) -> None:
+    """The rollout backend serves the model type and the features asked for, and is installed."""
+    from embodied_rl.models.rollout_backends import rollout_backend
+
+    rollout_backend(cfg.rollout.backend).check(cfg)

@@ -12,6 +12,7 @@ import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import ray
 
@@ -105,10 +106,7 @@ def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs
         rollout = WorkerGroup(
             _rollout_cls(), cluster, placement, "rollout", name=cfg.rollout.group_name, **named,
             args=(rollout_model, wiring),
-            kwargs={"num_env_workers": n_env, "pipeline_stage_num": cfg.rollout.pipeline_stage_num,
-                    "sampling": sampling_specs(cfg), "compute_values": cfg.algorithm.uses_critic,
-                    "enable_offload": cfg.rollout.enable_offload, "seed": cfg.runner.seed,
-                    "compute_ref_logprobs": needs_reference(cfg)},
+            kwargs=rollout_worker_kwargs(cfg, n_env),
         )
         rollout.get_rng_state().wait(SETUP_TIMEOUT_S)  # barrier: consumers registered
         env_cfgs = {mode: getattr(cfg.env, mode) for mode in used_modes(cfg)}
@@ -127,6 +125,14 @@ def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs
     except BaseException:
         cluster.shutdown()
         raise
+
+
+def rollout_worker_kwargs(cfg: RootConfig, num_env_workers: int) -> dict[str, Any]:
+    """RolloutWorker's keyword arguments from the config (besides rank and world size)."""
+    return {"num_env_workers": num_env_workers, "pipeline_stage_num": cfg.rollout.pipeline_stage_num,
+            "sampling": sampling_specs(cfg), "compute_values": cfg.algorithm.uses_critic,
+            "enable_offload": cfg.rollout.enable_offload, "seed": cfg.runner.seed,
+            "compute_ref_logprobs": needs_reference(cfg), "backend": cfg.rollout.backend}
 
 
 def shared_paths(cfg: RootConfig, *, with_actor: bool) -> tuple[dict[str, str], dict[str, str]]:

@@ -1,4 +1,5 @@
-"""RolloutWorker (Ray actor, HuggingFace-style torch backend): batched policy inference.
+"""RolloutWorker (Ray actor): batched policy inference with the policy `rollout.backend` serves
+(models/rollout_backends.py; the worker does not know which engine runs behind it).
 
 It serves `num_env_workers / num_rollout_workers` consecutive env workers: per chunk step and
 pipeline stage it gathers their observations (one message each), runs `prepare_inputs` +
@@ -54,19 +55,19 @@ class RolloutWorker:
         enable_offload: bool = False,
         seed: int = 0,
         compute_ref_logprobs: bool = False,
+        backend: str = "huggingface",
     ):
         from embodied_rl.models.reference import build_kl_reference
-        from embodied_rl.models.registry import build_policy
+        from embodied_rl.models.rollout_backends import build_rollout_policy
 
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        self.model_cfg, self.seed = model_cfg, seed
+        self.model_cfg, self.seed, self.backend = model_cfg, seed, backend
         self.rank, self.wiring, self.stages = rank, ChannelWiring.of(wiring), pipeline_stage_num
         wiring = self.wiring
         self.env_ranks = [e for e in range(num_env_workers) if rollout_rank_of(e, num_env_workers, world_size) == rank]
         self.sampling, self.compute_values, self.enable_offload = sampling, compute_values, enable_offload
-        # The value head acts only after the actor sent its own (training) or never (eval): no warning here.
         # Same init_seed on every rollout worker: weights the checkpoint lacks agree across workers.
-        self.policy = build_policy(model_cfg, device=self.device, warn_untrained_value_head=False, init_seed=seed).eval()
+        self.policy = build_rollout_policy(backend, model_cfg, device=self.device, init_seed=seed)
         # The KL reference is the policy as loaded, built before any weight sync (which it never follows).
         self.kl_reference = build_kl_reference(self.policy, model_cfg, self.device, init_seed=seed) if compute_ref_logprobs else None
         self.version = 0
@@ -258,10 +259,11 @@ class RolloutWorker:
         """Rebuild the policy from the checkpoint at model_path (actor.model settings otherwise
         unchanged): a comparison evaluates several policies with the same workers. Weight version
         and dataset statistics start afresh (those of the checkpoint); returns the version, 0."""
-        from embodied_rl.models.registry import build_policy
+        from embodied_rl.models.rollout_backends import build_rollout_policy
 
         cfg = dataclasses.replace(self.model_cfg, model_path=model_path)
-        self.policy = build_policy(cfg, device=self.device, warn_untrained_value_head=False, init_seed=self.seed).eval()
+        self.policy.close()  # an engine frees its memory before the next one starts
+        self.policy = build_rollout_policy(self.backend, cfg, device=self.device, init_seed=self.seed)
         self.version = 0
         return self.version
 
@@ -272,4 +274,5 @@ class RolloutWorker:
         self.generator.set_state(state)
 
     def close(self) -> None:
+        self.policy.close()
         self.wiring.close()

@@ -87,7 +87,7 @@ class RolloutConfig:
     channel: ChannelConfig = field(
         default_factory=lambda: ChannelConfig(name="${env.channel.name}", queue_name="action_buffer"),
     )
-    backend: Literal["huggingface"] = field(default="huggingface", metadata={"help": "Inference engine: huggingface (batched torch forward of the policy)."})
+    backend: Literal["huggingface", "vllm"] = field(default="huggingface", metadata={"help": "Inference engine of the rollout workers (models/rollout_backends.py): huggingface (batched torch forward of the policy) | vllm (OpenVLA-OFT in a vLLM engine: fp32, bidirectional attention, no offload; install with `bash scripts/setup.sh --vllm`)."})
     pipeline_stage_num: int = field(default=1, metadata={"help": "Env sub-batches per worker that alternate between stepping and inference; 2 overlaps env stepping with policy inference, 1 = no overlap."})
     enable_offload: bool = field(default=False, metadata={"help": "Move the rollout model off the accelerator while the actor trains (collocated placement)."})
     model: RolloutModelConfig = field(default_factory=RolloutModelConfig)

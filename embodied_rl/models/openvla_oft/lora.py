@@ -55,6 +55,24 @@ def base_state_dict(vla: nn.Module) -> dict[str, torch.Tensor]:
     return {k.replace(".base_layer.", "."): v for k, v in sd.items() if "lora_" not in k}
 
 
+def merged_state_dict(vla: nn.Module) -> dict[str, torch.Tensor]:
+    """The core's weights with the active adapters folded in, under the official names, computed
+    layer by layer from peft's own delta (`get_delta_weight`: Linear and Conv alike); `vla` is
+    left untouched and no copy of the whole core is made."""
+    from peft.tuners.lora import LoraLayer
+
+    sd = base_state_dict(vla)
+    if not isinstance(vla, PeftModel):
+        return sd
+    active = vla.active_adapter
+    with torch.no_grad():
+        for name, module in unwrap(vla).named_modules():
+            if isinstance(module, LoraLayer) and active in module.lora_A:
+                key = f"{name}.weight"
+                sd[key] = sd[key] + module.get_delta_weight(active).to(sd[key].dtype)
+    return sd
+
+
 def merged_core(vla: nn.Module) -> nn.Module:
     """A copy of the core with the adapters folded into the base weights (the policy is left untouched)."""
     if not isinstance(vla, PeftModel):

@@ -63,6 +63,17 @@ def checkpoint_norm_stats(ckpt_dir: Path) -> tuple[list, list] | None:
     return pre["means"], pre["stds"]
 
 
+def _enable_activation_checkpointing(model: nn.Module) -> None:
+    """Non-reentrant activation checkpointing of a transformers model. transformers 5.2x renamed
+    gradient_checkpointing_enable (kept there as a deprecated alias); the vLLM set-up holds
+    transformers below 5.20, where only the old name exists."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
 def _place(module: nn.Module, device: torch.device, dtype: torch.dtype) -> nn.Module:
     """module.to(device, dtype), but RoPE frequency buffers stay fp32 as HF's from_pretrained leaves them."""
     keep = {n: b.detach().clone() for n, b in module.named_buffers() if n.endswith("inv_freq")}
@@ -315,7 +326,7 @@ class OpenVLAOFTPolicy(BasePolicy):
             self.loaded_adapters = adapter_dir is not None
         if self.model_cfg.gradient_checkpointing:
             core.vision_backbone.set_grad_checkpointing(True)
-            core.language_model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            _enable_activation_checkpointing(core.language_model)
         return _place(self, device, dtype or torch.float32)
 
     @classmethod

@@ -1,0 +1,236 @@
+"""A vLLM-backed OpenVLA-OFT policy for rollouts: the HF policy's predict / prepare_inputs /
+load_trainable_state_dict surface, with the LLM pass (vision towers, projector, bidirectional
+trunk, action readout) inside a single-process vLLM engine.
+
+Everything around that pass is the HF policy's own code: prompt and image processing, the
+proprio projector, the value head, sampling / log-probs / entropy (sampling.py) and action
+de-tokenisation. They come from an OpenVLAOFTPolicy built on the meta device (its core
+weights never materialise; the small heads load from the checkpoint).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from embodied_rl.errors import ConfigError
+from embodied_rl.models.base import PolicyOutput
+from embodied_rl.models.openvla_oft import checkpoint as ckpt
+from embodied_rl.models.openvla_oft import lora
+from embodied_rl.models.openvla_oft import sampling as S
+from embodied_rl.models.openvla_oft.actions import load_dataset_statistics
+from embodied_rl.models.openvla_oft.arch_config import OpenVLAArchConfig
+from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
+from embodied_rl.models.openvla_oft.policy import (
+    PROPRIO_PROJECTOR,
+    VALUE_HEAD,
+    OpenVLAOFTPolicy,
+    checkpoint_norm_stats,
+)
+from embodied_rl.models.openvla_oft.vllm import layout
+
+CORE_PREFIX = "vla."
+# vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process (its threads
+# are bound); close() puts the original back so the process works as before once the engine is gone.
+_SET_NUM_THREADS = torch.set_num_threads
+
+
+def engine_env(num_threads: int) -> dict[str, str]:
+    """Environment the in-process CPU engine needs; set before vLLM starts its engine.
+
+    One process (the model object is reachable for in-place weight sync), a small KV-cache
+    budget (the encoder-only model allocates none), and an explicit thread count: without
+    OMP_NUM_THREADS vLLM drops torch to 1 thread in a way that made latency ~50x worse."""
+    return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1",
+            "OMP_NUM_THREADS": str(num_threads), "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"}
+
+
+def _host_policy(path: Path, model_cfg: OpenVLAOFTConfig, init_seed: int) -> OpenVLAOFTPolicy:
+    """The HF policy without its core weights: processors, statistics, value head, proprio projector.
+
+    Under LoRA the whole policy instead: folding the adapters into the engine's weights needs the
+    base weights they apply to (one more copy of the core in host memory)."""
+    from transformers import PreTrainedTokenizerFast
+
+    if model_cfg.is_lora:
+        from embodied_rl.models.registry import build_policy
+
+        cfg = dataclasses.replace(model_cfg, model_path=str(path))
+        return build_policy(cfg, device="cpu", warn_untrained_value_head=False, init_seed=init_seed).eval()
+
+    arch = OpenVLAArchConfig.load(path)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path))
+    with torch.device("meta"):
+        host = OpenVLAOFTPolicy(model_cfg, arch, tokenizer, load_dataset_statistics(path), checkpoint_norm_stats(path))
+    embedded = _embedded_value_head(path)
+    host._load_components(path, {VALUE_HEAD: embedded} if embedded else {}, False, init_seed)
+    return host
+
+
+def _embedded_value_head(path: Path) -> dict[str, torch.Tensor]:
+    """`value_head.*` tensors saved inside the main weights (RLinf's layout), read without loading the rest."""
+    from safetensors import safe_open
+
+    index = path / ckpt.INDEX_NAME
+    if index.is_file():
+        with open(index) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    else:
+        files = [ckpt.SINGLE_NAME]
+    prefix = f"{VALUE_HEAD}."
+    out = {}
+    for name in files:
+        with safe_open(str(path / name), framework="pt") as f:
+            out.update({k.removeprefix(prefix): f.get_tensor(k) for k in f.keys() if k.startswith(prefix)})  # noqa: SIM118
+    return out
+
+
+class VLLMOpenVLAOFT:
+    """Rollout-side OpenVLA-OFT policy served by vLLM (CPU, fp32, in-process engine)."""
+
+    def __init__(self, model_path: str | Path, model_cfg: OpenVLAOFTConfig, *, attention: str = "auto",
+                 max_num_seqs: int = 64, num_threads: int | None = None, init_seed: int = 0,
+                 work_dir: str | Path | None = None) -> None:
+        if model_cfg.attention_mode != "bidirectional":
+            raise ConfigError("rollout.backend=vllm runs OFT's bidirectional pass only; use attention_mode=bidirectional or the huggingface backend")
+        path = Path(model_path)
+        self.model_cfg = model_cfg
+        self.host = _host_policy(path, model_cfg, init_seed)
+        arch = self.host.arch
+        self.image_id, self.action_id = layout.placeholder_ids(arch)
+        self.stop_id = self.host.vla.stop_token_id if model_cfg.append_stop_token else None
+        hidden = arch.llm_hidden_size
+        self.n_bins = arch.n_action_bins
+        num_extra = 1 if model_cfg.use_proprio else 0
+        config = layout.engine_config(arch, num_images=model_cfg.num_images_in_input, num_extra=num_extra,
+                                      num_action_tokens=model_cfg.num_action_tokens,
+                                      append_stop_token=model_cfg.append_stop_token, attention=attention)
+        self.attention = config["oft_attention"]
+        self._tmp = tempfile.TemporaryDirectory(prefix="oft_vllm_") if work_dir is None else None
+        engine_dir = layout.write_engine_dir(path, work_dir or self._tmp.name, config)
+        seq_len = layout.sequence_length(arch, model_cfg.num_images_in_input, num_extra, model_cfg.max_prompt_length,
+                                         model_cfg.num_action_tokens, model_cfg.append_stop_token)
+        self.llm = _start_engine(engine_dir, seq_len, max_num_seqs, num_threads)
+        self.hidden_size = hidden
+        self.weight_version = 0
+        if model_cfg.is_lora and self.host.loaded_adapters:
+            self._write_core(lora.merged_state_dict(self.host.vla))  # the engine loaded the base weights only
+
+    # ----------------------------------------------------------------- inputs
+    def prepare_inputs(self, obs: Any) -> dict[str, torch.Tensor]:
+        return self.host.prepare_inputs(obs)
+
+    def set_dataset_statistics(self, stats: dict[str, Any]) -> None:
+        self.host.set_dataset_statistics(stats)
+
+    def _requests(self, inputs: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
+        pixels = self.host.image_transform.normalize(inputs["images"].cpu())
+        extra = None
+        if self.host.proprio_projector is not None:
+            with torch.no_grad():
+                extra = self.host.proprio_projector(inputs["proprio"].cpu().float()).unsqueeze(1)
+        requests = []
+        for b in range(pixels.shape[0]):
+            ids = inputs["input_ids"][b][inputs["attention_mask"][b].bool()].tolist()
+            item: dict[str, torch.Tensor] = {"pixel_values": pixels[b: b + 1]}
+            if extra is not None:
+                item["extra_tokens"] = extra[b: b + 1]
+            prompt = layout.engine_prompt(ids, self.image_id, self.action_id, self.model_cfg.num_action_tokens, self.stop_id)
+            requests.append({"prompt_token_ids": prompt, "multi_modal_data": {"image": item}})
+        return requests
+
+    def logits_and_hidden(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> bin logits float [B, T, n_bins], readout hidden states [B, T, H] (the HF core's outputs)."""
+        outs = self.llm.encode(self._requests(inputs), pooling_task="token_classify", use_tqdm=False)
+        data = torch.stack([o.outputs.data for o in outs]).float()
+        return data[..., : self.n_bins], data[..., self.n_bins:]
+
+    # ---------------------------------------------------------------- predict
+    @torch.no_grad()
+    def predict(self, inputs: dict[str, torch.Tensor], *, do_sample: bool = True, temperature: float = 1.0, top_k: int = 0,
+                compute_values: bool = True, generator: torch.Generator | None = None) -> PolicyOutput:
+        logits, hidden = self.logits_and_hidden(inputs)
+        values = None
+        if compute_values and self.host.value_head is not None:
+            values = self.host.value_head(hidden[:, 0]).float()
+        processed = S.process_logits(logits, temperature, top_k)
+        tokens = S.sample_tokens(processed, do_sample, generator)
+        cfg = self.model_cfg
+        normed = self.host.action_tokenizer.decode(tokens).view(tokens.shape[0], cfg.num_action_chunks, cfg.action_dim)
+        return PolicyOutput(actions=self.host.action_norm.unnormalize(normed), action_tokens=tokens,
+                            logprobs=S.token_logprobs(processed, tokens), entropy=S.token_entropy(processed),
+                            values=values, forward_inputs=dict(inputs))
+
+    # ---------------------------------------------------------- weight sync
+    def trainable_keys(self) -> list[str]:
+        return self.host._trainable_keys()
+
+    def load_trainable_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
+        """The HF policy's trainable_state_dict -> engine + heads, in place. Full fine-tuning: every
+        tensor, the core ones straight into the engine. LoRA: adapters and heads into the host
+        policy, then the core with the adapters folded in into the engine."""
+        if self.model_cfg.is_lora:
+            self.host.load_trainable_state_dict({k: v.cpu() for k, v in sd.items()})
+            self._write_core(lora.merged_state_dict(self.host.vla))
+            self.weight_version += 1
+            return
+        expected = set(self.trainable_keys())
+        if set(sd) != expected:
+            missing, extra = sorted(expected - set(sd)), sorted(set(sd) - expected)
+            raise ValueError(f"trainable state dict mismatch: missing {missing[:5]}, unexpected {extra[:5]}")
+        self._write_core({k.removeprefix(CORE_PREFIX): v for k, v in sd.items() if k.startswith(CORE_PREFIX)})
+        heads = {k: v for k, v in sd.items() if not k.startswith(CORE_PREFIX)}
+        for name in (VALUE_HEAD, PROPRIO_PROJECTOR):
+            module = getattr(self.host, name)
+            if module is not None:
+                prefix = f"{name}."
+                module.load_state_dict({k.removeprefix(prefix): v.cpu() for k, v in heads.items() if k.startswith(prefix)})
+        self.weight_version += 1
+
+    def _write_core(self, weights: dict[str, torch.Tensor]) -> None:
+        """Core tensors under the checkpoint's names into the running engine, in place."""
+        core = [(k, v.detach().cpu()) for k, v in weights.items()]
+        n_loaded = self.llm.apply_model(lambda model: len(model.load_weights(core)))
+        if n_loaded != [len(core)]:
+            raise RuntimeError(f"weight sync loaded {n_loaded} of {len(core)} core tensors into the vLLM engine")
+        # vLLM keeps vision embeddings by image hash across requests: an image seen before the sync
+        # would otherwise reuse features of the old weights (the e2e test caught exactly that).
+        self.llm.llm_engine.reset_encoder_cache()
+
+    def reference_view(self) -> None:
+        """None: the engine cannot score with other weights than its own, so the KL reference
+        (models/reference.py) loads a frozen HF copy."""
+
+    def to(self, device: torch.device | str) -> VLLMOpenVLAOFT:
+        # Offload would be vLLM's sleep mode, which exists on GPUs only; the config checks refuse
+        # rollout.enable_offload with this backend, so reaching this is a bug.
+        raise NotImplementedError("the vLLM engine does not move between devices (rollout.enable_offload is refused at config load)")
+
+    def close(self) -> None:
+        """Shut the engine down and remove its directory (idempotent)."""
+        if self.llm is not None:
+            self.llm.llm_engine.engine_core.shutdown()  # in-process core: frees the model now, not at GC
+            self.llm = None
+            torch.set_num_threads = _SET_NUM_THREADS
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+
+def _start_engine(engine_dir: Path, seq_len: int, max_num_seqs: int, num_threads: int | None) -> Any:
+    # An OMP_NUM_THREADS already in the environment wins over the default (all cores).
+    threads = num_threads or int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
+    os.environ.update(engine_env(threads))
+    from vllm import LLM
+
+    from embodied_rl.models.openvla_oft.vllm import register
+
+    register()
+    return LLM(model=str(engine_dir), runner="pooling", skip_tokenizer_init=True, dtype="float32", seed=0,
+               max_model_len=seq_len, max_num_seqs=max_num_seqs, max_num_batched_tokens=seq_len * max_num_seqs,
+               enable_mm_embeds=True, limit_mm_per_prompt={"image": 1}, enforce_eager=True)
