@@ -28,7 +28,7 @@ def test_prefixed_merge_ignores_other_keys():
 
 
 def test_eval_reset_ids_spread_over_tasks_and_share_within_groups():
-    from embodied_rl.runtime.runner import spread_reset_ids
+    from embodied_rl.envs.reset_split import spread_reset_ids
 
     assert spread_reset_ids(100, 2) == [0, 50]  # LIBERO, 2 tasks x 50 init states: one env per task
     assert spread_reset_ids(500, 20) == [25 * i for i in range(20)]

@@ -44,3 +44,11 @@ def _checked(split: str) -> str:
     if split not in SPLITS:
         raise ValueError(f"reset_id_split must be one of {', '.join(SPLITS)}, got {split!r}")
     return split
+
+
+def spread_reset_ids(num_states: int, num_envs: int, group_size: int = 1) -> list[int]:
+    """Reset id per sub-env: groups of `group_size` share one, groups spaced evenly over [0, num_states).
+
+    With LIBERO's r = 50 * task + init_state, N groups over T tasks cover every task equally."""
+    groups = num_envs // group_size
+    return [(g * num_states) // groups for g in range(groups) for _ in range(group_size)]

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +37,7 @@ from embodied_rl.config.schema import RootConfig
 from embodied_rl.distributed.rng import seed_everything
 from embodied_rl.distributed.traffic import TRAFFIC
 from embodied_rl.distributed.worker_group import WorkerError, wait_together
-from embodied_rl.errors import RunError
+from embodied_rl.envs.reset_split import spread_reset_ids
 from embodied_rl.evaluation.intervals import add_success_intervals
 from embodied_rl.evaluation.provenance import write_environment
 from embodied_rl.evaluation.summary import eval_change, eval_summary
@@ -385,27 +384,6 @@ class EmbodiedRunner:
                     log.warning("worker close failed: %s", err)
             self.groups.shutdown()
             self.groups = None
-
-    def failure(self, err: WorkerError) -> RunError:
-        """The one-line error a run that cannot go on ends with; the whole chained traceback
-        (the worker's included) goes to <run dir>/error.log."""
-        log_file = self.run_dir / "error.log"
-        log_file.write_text("".join(traceback.format_exception(err)))
-        if err.died:
-            latest = ckpt.latest_checkpoint(self.run_dir)
-            resume = (f"resume from {latest} with runner.resume_dir=latest" if latest
-                      else "no checkpoint was written yet: start the run again")
-            return RunError(f"{err} (a worker process died; runner.max_restarts={self.cfg.runner.max_restarts} "
-                            f"restart(s) used: {self.restarts}); {resume}; traceback in {log_file}")
-        return RunError(f"{err}; traceback in {log_file}")
-
-
-def spread_reset_ids(num_states: int, num_envs: int, group_size: int = 1) -> list[int]:
-    """Reset id per sub-env: groups of `group_size` share one, groups spaced evenly over [0, num_states).
-
-    With LIBERO's r = 50 * task + init_state, N groups over T tasks cover every task equally."""
-    groups = num_envs // group_size
-    return [(g * num_states) // groups for g in range(groups) for _ in range(group_size)]
 
 
 def _plain(cfg: RootConfig) -> dict:

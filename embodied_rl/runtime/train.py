@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import logging
 import sys
+import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from embodied_rl.config.schema import RootConfig
 from embodied_rl.distributed.worker_group import WorkerError
+from embodied_rl.errors import RunError
+from embodied_rl.runtime import checkpoint as ckpt
+
+if TYPE_CHECKING:
+    from embodied_rl.runtime.runner import EmbodiedRunner
 
 
 def ensure_model(cfg: RootConfig) -> None:
@@ -50,7 +57,21 @@ def _run(cfg: RootConfig, body) -> int:
         failed = False
         return code
     except WorkerError as err:
-        raise runner.failure(err) from err
+        raise run_failure(runner, err) from err
     finally:
         # After a failure a worker may be blocked on a peer that is gone: no graceful close.
         runner.close(graceful=not failed)
+
+
+def run_failure(runner: EmbodiedRunner, err: WorkerError) -> RunError:
+    """The one-line error a run that cannot go on ends with; the whole chained traceback
+    (the worker's included) goes to <run dir>/error.log."""
+    log_file = runner.run_dir / "error.log"
+    log_file.write_text("".join(traceback.format_exception(err)))
+    if err.died:
+        latest = ckpt.latest_checkpoint(runner.run_dir)
+        resume = (f"resume from {latest} with runner.resume_dir=latest" if latest
+                  else "no checkpoint was written yet: start the run again")
+        return RunError(f"{err} (a worker process died; runner.max_restarts={runner.cfg.runner.max_restarts} "
+                        f"restart(s) used: {runner.restarts}); {resume}; traceback in {log_file}")
+    return RunError(f"{err}; traceback in {log_file}")
