@@ -145,6 +145,22 @@ def test_gae_chunk_level_matches_reference(seed, auto_reset):
 
 
 @pytest.mark.parametrize("seed", range(3))
+def test_bootstrap_type_none_ends_the_task_at_the_time_limit(seed):
+    """bootstrap_type none: a truncated episode's value target is its return inside the
+    episode, as if the truncation were a termination (no gamma * V(final_obs))."""
+    T, N, C, A = 8, 4, 4, 2
+    b = make_rollout(seed, T, N, C, A, auto_reset=True, value_k=1)
+    assert b["truncations"].any()
+    out = compute_advantages(cfg(reward_type="chunk_level", bootstrap_type="none"), b, auto_reset=True)
+    unboot = dict(b, bootstrap_values=torch.zeros_like(b["bootstrap_values"]))
+    want = ref_gae_chunk(unboot, G, LAM)
+    valid = ref_valid(tl(b["dones"]), T, N, C, True)
+    assert_close_on([[any(valid[t][n]) for n in range(N)] for t in range(T)], out["advantages"][..., 0], want)
+    standard = compute_advantages(cfg(reward_type="chunk_level"), b, auto_reset=True)
+    assert not torch.allclose(standard["returns"], out["returns"])
+
+
+@pytest.mark.parametrize("seed", range(3))
 def test_chunk_level_with_chunk_length_one_equals_action_level(seed):
     b = make_rollout(seed, 9, 4, 1, 3)
     a = compute_advantages(cfg(reward_type="action_level"), b, auto_reset=True)

@@ -76,6 +76,7 @@ CASES: dict[str, tuple[dict, object, object]] = {
     "drop_uniform_groups": ({"adv_type": "grpo", "group_size": 2}, True, adv_probe),
     "normalize_advantages": ({}, False, adv_probe),
     "advantage_clip": ({}, 0.5, adv_probe),
+    "bootstrap_type": ({}, "none", adv_probe),
     "reward_norm": ({}, "batch", adv_probe),
     "reward_scale": ({"reward_norm": "running"}, True, adv_probe),
     "reward_shift": ({"reward_norm": "running"}, True, adv_probe),

@@ -128,7 +128,7 @@ def test_running_reward_stats_match_global_and_roundtrip():
 
 @pytest.mark.parametrize("key,value,match", [
     ("adv_type", "ppo2", "gae"), ("loss_agg_func", "sum", "token-mean"), ("kl_penalty", "js", "low_var_kl"),
-    ("reward_norm", "zscore", "running"), ("logprob_type", "seq", "chunk_level"),
+    ("reward_norm", "zscore", "running"), ("logprob_type", "seq", "chunk_level"), ("bootstrap_type", "always", "none"),
 ])
 def test_unknown_names_are_one_line_errors_listing_valid_names(key, value, match):
     with pytest.raises(ConfigError, match=match) as err:
@@ -140,6 +140,7 @@ def test_unknown_names_are_one_line_errors_listing_valid_names(key, value, match
     {"adv_type": "grpo", "group_size": 1}, {"adv_type": "bi_level_gae", "reward_type": "action_level"},
     {"reward_scale": True}, {"reward_norm": "batch", "reward_scale": True, "reward_shift": True},
     {"clip_ratio_c": 1.0}, {"gamma": 1.5}, {"ratio_clip_eps": 1.0},
+    {"adv_type": "grpo", "group_size": 2, "bootstrap_type": "none"},  # no critic whose values it could stop
 ])
 def test_contradictory_settings_are_rejected(kw):
     with pytest.raises(ConfigError):

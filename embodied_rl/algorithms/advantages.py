@@ -15,7 +15,7 @@ batch keys (tensors):
   loss_mask         bool  [T, N] or [T, N, C]  optional; else pass auto_reset= to build it
   logprobs          float [T, N, L]  rollout log-probs (gives L when action_dim is not passed)
   ref_logprobs      float [T, N, L]  reference log-probs, for kl_beta > 0
-Order: reward_norm -> reward_clip -> KL shaping -> truncation bootstrap -> estimator ->
+Order: reward_norm -> reward_clip -> KL shaping -> truncation bootstrap (bootstrap_type standard) -> estimator ->
 normalize_advantages -> advantage_clip.
 """
 from __future__ import annotations
@@ -178,7 +178,8 @@ def prepare_reward_steps(
     if cfg.kl_beta > 0:
         kl = _kl_per_step(cfg, batch, num_tokens, num_actions) * step_mask
         rewards = rewards - cfg.kl_beta * (kl.sum(-1, keepdim=True) if chunk else kl)
-    has_trunc = "truncations" in batch and bool(batch["truncations"].any())
+    # bootstrap_type none: a truncation ends the task like a termination (dones already say so).
+    has_trunc = cfg.bootstrap_type == "standard" and "truncations" in batch and bool(batch["truncations"].any())
     if has_trunc and "bootstrap_values" not in batch and cfg.uses_critic:
         raise ValueError("batch['truncations'] has truncated episodes but no batch['bootstrap_values'] (V(final_obs))")
     if has_trunc and "bootstrap_values" in batch:  # critic-free estimators bootstrap only if given values

@@ -15,6 +15,7 @@ from embodied_rl.errors import ConfigError
 
 GRANULARITIES = ("token_level", "action_level", "chunk_level")
 REWARD_NORMS = ("none", "batch", "group", "running")
+BOOTSTRAP_TYPES = ("standard", "none")
 #: How an evaluation picks action tokens: greedy = argmax, sampled = drawn at temperature_eval.
 EVAL_SCORINGS = ("greedy", "sampled")
 EvalScoring = Literal["greedy", "sampled"]
@@ -41,6 +42,7 @@ class AlgorithmConfig:
     norm_adv_by_std_in_grpo: bool = field(default=True, metadata={"help": "grpo: divide (score - group mean) by the group std; false = mean-centering only."})
     drop_uniform_groups: bool = field(default=False, metadata={"help": "grpo dynamic sampling: mask out groups whose episode returns are all equal (zero advantage, no signal)."})
     normalize_advantages: bool = field(default=True, metadata={"help": "Whiten advantages over the valid tokens of the batch (masked mean 0, std 1). reinforce_pp always whitens."})
+    bootstrap_type: str = field(default="standard", metadata={"help": "What a time-limit truncation adds to the episode's last reward, for a critic (gae, bi_level_gae): standard (gamma * V(final_obs): the limit only cuts an episode that would go on) | none (the limit is part of the task, as when success counts within max_episode_steps: value targets are the return inside the episode). With standard on a fixed-horizon task every episode ends truncated, so the value targets feed on the critic's own values and grow step after step."})
     advantage_clip: float | None = field(default=None, metadata={"help": "Clamp advantages to [-x, x] after normalisation; null = no clamp."})
     # --- reward processing (ROLL), applied in this order: norm, clip, KL shaping ----------
     reward_norm: str = field(default="none", metadata={"help": "Normalise rewards before the estimator: none | batch | group (per GRPO group) | running (running statistics kept by the runtime and checkpointed)."})
@@ -94,6 +96,9 @@ class AlgorithmConfig:
         _choice("logprob_type", self.logprob_type, GRANULARITIES)
         _choice("entropy_type", self.entropy_type, GRANULARITIES)
         _choice("reward_norm", self.reward_norm, REWARD_NORMS)
+        _choice("bootstrap_type", self.bootstrap_type, BOOTSTRAP_TYPES)
+        if self.bootstrap_type != "standard" and not self.uses_critic:
+            raise ConfigError(f"algorithm.bootstrap_type={self.bootstrap_type} changes how a critic's values continue a truncated episode; adv_type {self.adv_type} has no critic: remove the key")
         for key in ("gamma", "gae_lambda", "high_level_gamma"):
             if not 0.0 <= getattr(self, key) <= 1.0:
                 raise ConfigError(f"algorithm.{key}={getattr(self, key)} must be in [0, 1]")
