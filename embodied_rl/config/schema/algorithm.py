@@ -97,8 +97,6 @@ class AlgorithmConfig:
         _choice("entropy_type", self.entropy_type, GRANULARITIES)
         _choice("reward_norm", self.reward_norm, REWARD_NORMS)
         _choice("bootstrap_type", self.bootstrap_type, BOOTSTRAP_TYPES)
-        if self.bootstrap_type != "standard" and not self.uses_critic:
-            raise ConfigError(f"algorithm.bootstrap_type={self.bootstrap_type} changes how a critic's values continue a truncated episode; adv_type {self.adv_type} has no critic: remove the key")
         for key in ("gamma", "gae_lambda", "high_level_gamma"):
             if not 0.0 <= getattr(self, key) <= 1.0:
                 raise ConfigError(f"algorithm.{key}={getattr(self, key)} must be in [0, 1]")
