@@ -11,7 +11,6 @@ from embodied_rl.algorithms.registry import (
     LOSS_AGGREGATIONS,
 )
 from embodied_rl.config.rules import RuleSet
-from embodied_rl.errors import ConfigError
 
 if TYPE_CHECKING:
     from embodied_rl.config.schema import RootConfig
@@ -26,11 +25,3 @@ def _registry_names(cfg: RootConfig) -> None:
     KL_PENALTIES.get(a.kl_penalty)
     LOSS_AGGREGATIONS.get(a.loss_agg_func)
 
-
-@RULES.config_check
-def _bootstrap_needs_critic(cfg: RootConfig) -> None:
-    """After _registry_names, so that an unknown adv_type is reported as such first."""
-    a = cfg.algorithm
-    if a.bootstrap_type != "standard" and not a.uses_critic:
-        raise ConfigError(f"algorithm.bootstrap_type={a.bootstrap_type} changes how a critic's values continue a truncated episode; "
-                          f"adv_type {a.adv_type} has no critic: remove the key")

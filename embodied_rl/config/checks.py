@@ -79,6 +79,13 @@ def _critic_warmup(cfg: RootConfig) -> None:
         raise ConfigError(f"runner.critic_warmup={r.critic_warmup} leaves no policy update in runner.max_steps={r.max_steps}; lower it or raise max_steps")
 
 @RULES.config_check
+def _bootstrap_type(cfg: RootConfig) -> None:
+    a = cfg.algorithm
+    if a.bootstrap_type != "standard" and (cfg.runner.paradigm != "rl" or not a.uses_critic):
+        raise ConfigError(f"algorithm.bootstrap_type={a.bootstrap_type} changes how a critic's values continue a truncated episode; "
+                          f"this run trains no critic (runner.paradigm={cfg.runner.paradigm}, adv_type {a.adv_type}): remove the key")
+
+@RULES.config_check
 def _kl_reference(cfg: RootConfig) -> None:
     a = cfg.algorithm
     if a.use_kl_loss and a.kl_loss_coef == 0:
