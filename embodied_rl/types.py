@@ -20,12 +20,16 @@ class EnvObservation:
     wrist_images:      uint8 [N, H, W, 3] or None when the task has no wrist camera.
     states:            float32 [N, D] proprioception (simulator-specific layout, see env docs).
     task_descriptions: N natural-language instructions (the policy prompt).
+    privileged_states: float32 [N, P] or None: simulator state the policy must not see (object
+                       and goal poses), then the episode clock (elapsed steps / max_episode_steps)
+                       as the last column; only an asymmetric critic reads it.
     """
 
     main_images: np.ndarray
     states: np.ndarray
     task_descriptions: list[str]
     wrist_images: np.ndarray | None = None
+    privileged_states: np.ndarray | None = None
 
     @property
     def num_envs(self) -> int:
@@ -35,9 +39,11 @@ class EnvObservation:
     def concat(cls, parts: Sequence[EnvObservation]) -> EnvObservation:
         """Join observations along N, in the given order."""
         wrist = None if parts[0].wrist_images is None else np.concatenate([p.wrist_images for p in parts])
+        privileged = None if parts[0].privileged_states is None else np.concatenate([p.privileged_states for p in parts])
         return cls(main_images=np.concatenate([p.main_images for p in parts]),
                    states=np.concatenate([p.states for p in parts]),
-                   task_descriptions=[d for p in parts for d in p.task_descriptions], wrist_images=wrist)
+                   task_descriptions=[d for p in parts for d in p.task_descriptions], wrist_images=wrist,
+                   privileged_states=privileged)
 
     def rows(self, index: np.ndarray | Sequence[int]) -> EnvObservation:
         """The sub-envs `index` (integer indices or a bool mask over N), as new arrays."""
@@ -45,7 +51,8 @@ class EnvObservation:
         picked = np.flatnonzero(index) if index.dtype == bool else index
         return EnvObservation(main_images=self.main_images[picked], states=self.states[picked],
                               task_descriptions=[self.task_descriptions[int(i)] for i in picked],
-                              wrist_images=None if self.wrist_images is None else self.wrist_images[picked])
+                              wrist_images=None if self.wrist_images is None else self.wrist_images[picked],
+                              privileged_states=None if self.privileged_states is None else self.privileged_states[picked])
 
     def copy(self) -> EnvObservation:
         return self.rows(np.arange(self.num_envs))
@@ -57,6 +64,8 @@ class EnvObservation:
         self.states[rows] = src.states
         if self.wrist_images is not None and src.wrist_images is not None:
             self.wrist_images[rows] = src.wrist_images
+        if self.privileged_states is not None and src.privileged_states is not None:
+            self.privileged_states[rows] = src.privileged_states
         for k, r in enumerate(rows):
             self.task_descriptions[int(r)] = src.task_descriptions[k]
 

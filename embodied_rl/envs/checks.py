@@ -36,6 +36,30 @@ def _init_params(cfg: RootConfig) -> None:
 
 
 @RULES.config_check
+def _privileged_state(cfg: RootConfig) -> None:
+    """The simulator's privileged state is read by an asymmetric critic only, from env.train."""
+    from embodied_rl.config.plan import training_rl
+
+    m = cfg.actor.model
+    wants = m.value_input == "privileged_state" and m.add_value_head and training_rl(cfg) and cfg.algorithm.uses_critic
+    if m.value_input == "privileged_state" and not wants:
+        raise ConfigError("actor.model.value_input=privileged_state configures a critic this run does not train "
+                          "(it needs add_value_head, RL training and adv_type gae or bi_level_gae); set value_input=hidden")
+    for mode in used_modes(cfg):
+        env = getattr(cfg.env, mode)
+        has = bool(env.init_params.get("privileged_state", False))
+        if mode == "train" and wants and not has:
+            if "privileged_state" not in env.init_params:
+                raise ConfigError(f"actor.model.value_input=privileged_state: env.train (env_type {env.env_type}) has no privileged state; "
+                                  "use actor.model.value_input=hidden")
+            raise ConfigError("actor.model.value_input=privileged_state reads the simulator's privileged state: "
+                              "set env.train.init_params.privileged_state=true")
+        if has and (mode == "eval" or not wants):
+            raise ConfigError(f"env.{mode}.init_params.privileged_state=true but nothing reads it (only a training critic with "
+                              "actor.model.value_input=privileged_state does); remove it")
+
+
+@RULES.config_check
 def _env_episodes(cfg: RootConfig) -> None:
     """Episode keys of each env config; the per-worker split is checked with the plan."""
     from embodied_rl.envs.action_adapter import ActionAdapter

@@ -15,15 +15,18 @@ from embodied_rl.types import EnvObservation
 
 
 def stack_observations(obs: Sequence[dict[str, np.ndarray]], tasks: Sequence[tuple[str, str]]) -> EnvObservation:
-    """Batch SubEnv observation dicts ("main_image", "state", optional "wrist_image")."""
-    wrist = None
+    """Batch SubEnv observation dicts ("main_image", "state", optional "wrist_image" and "privileged_state")."""
+    wrist = privileged = None
     if "wrist_image" in obs[0]:
         wrist = np.stack([o["wrist_image"] for o in obs])
+    if "privileged_state" in obs[0]:
+        privileged = np.stack([o["privileged_state"] for o in obs]).astype(np.float32, copy=False)
     return EnvObservation(
         main_images=np.stack([o["main_image"] for o in obs]),
         states=np.stack([o["state"] for o in obs]).astype(np.float32, copy=False),
         task_descriptions=[t[1] for t in tasks],
         wrist_images=wrist,
+        privileged_states=privileged,
     )
 
 

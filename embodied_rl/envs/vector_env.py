@@ -27,6 +27,7 @@ Choices (documented in docs/CONFIG.md as well):
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
@@ -152,7 +153,7 @@ class ChunkedVectorEnv:
         self._active[:] = True
         if self.recorder is not None and self.recorder.recording:
             self.recorder.add_frame(self._obs, np.zeros(self.num_envs, np.float32), self._success_now, self._elapsed)
-        return self._obs
+        return self._clocked(self._obs, self._elapsed)
 
     def _start_episodes(self, env_ids: np.ndarray, ids: np.ndarray) -> None:
         self.reset_ids[env_ids] = ids
@@ -227,6 +228,7 @@ class ChunkedVectorEnv:
                     final_rows[int(i)] = (
                         obs.main_images[i].copy(), obs.states[i].copy(),
                         None if obs.wrist_images is None else obs.wrist_images[i].copy(),
+                        None if obs.privileged_states is None else obs.privileged_states[i].copy(), int(self._elapsed[i]),
                     )
         if final_rows:  # auto_reset: new episodes start at the chunk boundary
             ended = np.array(sorted(final_rows), np.int64)
@@ -240,21 +242,31 @@ class ChunkedVectorEnv:
         self._obs = obs
         self._finished.extend(episodes)
         return ChunkStepResult(
-            obs=obs, rewards=rewards, terminations=terms, truncations=truncs, successes=succs,
+            obs=self._clocked(obs, self._elapsed), rewards=rewards, terminations=terms, truncations=truncs, successes=succs,
             final_obs=self._final_obs(obs, final_rows), done_mask=(terms | truncs).any(axis=1),
             episodes=episodes, active_mask=active_mask,
         )
 
-    @staticmethod
-    def _final_obs(obs: EnvObservation, rows: dict[int, tuple]) -> EnvObservation | None:
+    def _final_obs(self, obs: EnvObservation, rows: dict[int, tuple]) -> EnvObservation | None:
         if not rows:
             return None
-        final = obs.copy()
-        for i, (main, state, wrist) in rows.items():
-            final.main_images[i], final.states[i] = main, state
+        final, elapsed = obs.copy(), self._elapsed.copy()
+        for i, (main, state, wrist, privileged, steps) in rows.items():
+            final.main_images[i], final.states[i], elapsed[i] = main, state, steps
             if wrist is not None and final.wrist_images is not None:
                 final.wrist_images[i] = wrist
-        return final
+            if privileged is not None and final.privileged_states is not None:
+                final.privileged_states[i] = privileged
+        return self._clocked(final, elapsed)
+
+    def _clocked(self, obs: EnvObservation, elapsed: np.ndarray) -> EnvObservation:
+        """obs with the episode clock (elapsed steps / max_episode_steps) appended to its
+        privileged state: where the time limit ends the task, the return still to come depends
+        on the time left, which no image shows."""
+        if obs.privileged_states is None:
+            return obs
+        clock = (elapsed / self.cfg.max_episode_steps).astype(np.float32)[:, None]
+        return dataclasses.replace(obs, privileged_states=np.concatenate([obs.privileged_states, clock], axis=1))
 
     # ------------------------------------------------------------------ metrics, video, close
     @property

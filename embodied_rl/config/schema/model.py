@@ -22,6 +22,7 @@ from typing import Any
 from embodied_rl.errors import ConfigError
 
 VALUE_TYPES = ("chunk_level", "action_level")
+VALUE_INPUTS = ("hidden", "privileged_state")
 PRECISIONS = ("fp32", "bf16", "fp16")
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2")
 DEFAULT_MODEL_TYPE = "openvla_oft"
@@ -51,6 +52,8 @@ class ModelConfig:
     unnorm_key: str | None = field(default=None, metadata={"help": "Key of dataset_statistics.json used to un-normalise actions; null = the only key present. '<key>_no_noops' is tried as a fallback."})
     value_type: str = field(default="action_level", metadata={"help": "Value head output: chunk_level (1 value per chunk) | action_level (one per action of the chunk); must match algorithm.reward_type for gae."})
     add_value_head: bool = field(default=False, metadata={"help": "Add the critic MLP (4096-512-128-out) on the hidden state before the first action slot; needed by the critic-based adv_type gae and bi_level_gae (PPO), false for grpo and reinforce_pp."})
+    value_input: str = field(default="hidden", metadata={"help": "What the critic reads: hidden (the LLM's hidden state before the first action slot, RLinf's critic) | privileged_state (an asymmetric critic on the simulator's privileged state and the episode clock, EnvObservation.privileged_states: needs env.train.init_params.privileged_state; the critic then shares no weights with the policy)."})
+    privileged_state_dim: int | None = field(default=None, metadata={"help": "Size P of EnvObservation.privileged_states (the task's state plus 1 for the clock; ManiSkill PushCube-v1: 36, PickCube-v1: 43) when value_input is privileged_state; null otherwise."})
     precision: str = field(default="fp32", metadata={"help": "Parameter dtype: fp32 | bf16 | fp16."})
     image_size: int | None = field(default=None, metadata={"help": "Model input side in pixels; null = the checkpoint's image_sizes. A different value is an error (ViT position embeddings are fixed)."})
     num_images_in_input: int = field(default=1, metadata={"help": "Cameras per sample: 1 = third-person, 2 = third-person + wrist."})
@@ -70,6 +73,12 @@ class ModelConfig:
         """Raise ConfigError (one line, naming the key) on an invalid value."""
         if self.value_type not in VALUE_TYPES:
             raise model_key_error("value_type", f"got {self.value_type!r}, expected one of {', '.join(VALUE_TYPES)}")
+        if self.value_input not in VALUE_INPUTS:
+            raise model_key_error("value_input", f"got {self.value_input!r}, expected one of {', '.join(VALUE_INPUTS)}")
+        if self.value_input == "privileged_state" and (self.privileged_state_dim is None or self.privileged_state_dim < 2):
+            raise model_key_error("privileged_state_dim", f"value_input=privileged_state needs the size of the env's privileged state (>= 2: state and clock), got {self.privileged_state_dim}")
+        if self.value_input != "privileged_state" and self.privileged_state_dim is not None:
+            raise model_key_error("privileged_state_dim", f"is set but value_input={self.value_input}; remove it or set value_input=privileged_state")
         if self.precision not in PRECISIONS:
             raise model_key_error("precision", f"got {self.precision!r}, expected one of {', '.join(PRECISIONS)}")
         if self.attn_implementation not in ATTN_IMPLEMENTATIONS:

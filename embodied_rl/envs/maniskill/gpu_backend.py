@@ -19,6 +19,7 @@ from embodied_rl.envs.maniskill.make import (
     camera_names,
     check_goal_state,
     make_gym_env,
+    privileged_state,
     proprio_state,
 )
 from embodied_rl.envs.maniskill.params import ManiSkillParams
@@ -61,6 +62,7 @@ class ManiSkillGPUBackend(SimulatorBackend):
             states=proprio_state(obs, self.params.append_goal_to_state),
             task_descriptions=[self.instruction] * self.num_envs,
             wrist_images=None if self.wrist_cam is None else sensors[self.wrist_cam]["rgb"].cpu().numpy(),
+            privileged_states=privileged_state(obs) if self.params.privileged_state else None,
         )
 
     def reset(self, env_ids: Sequence[int], reset_ids: Sequence[int]) -> EnvObservation:

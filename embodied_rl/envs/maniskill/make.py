@@ -7,6 +7,7 @@ and turn it (and missing-file errors) into a one-line `MissingAssetError` naming
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -65,7 +66,8 @@ def make_gym_env(params: ManiSkillParams, num_envs: int = 1) -> Any:
             f"env.init_params.id={params.id!r} is not a ManiSkill task; e.g. {OFFLINE_TASKS}"
         )
     kwargs: dict[str, Any] = {
-        "obs_mode": params.obs_mode,
+        # state_dict beside the images: the privileged extras (object and goal poses) a critic may read
+        "obs_mode": params.obs_mode + ("+state_dict" if params.privileged_state else ""),
         "control_mode": params.control_mode,
         "reward_mode": params.reward_mode,
         "render_backend": params.render_backend,
@@ -107,6 +109,13 @@ def check_goal_state(env: Any, params: ManiSkillParams) -> None:
     """`append_goal_to_state` needs `extra/goal_pos` in the task's rgb observation."""
     if not params.append_goal_to_state:
         return
+    if params.privileged_state:  # its state_dict extras hold the goal of every task: ask the rgb observation
+        plain = make_gym_env(dataclasses.replace(params, privileged_state=False))
+        try:
+            check_goal_state(plain, dataclasses.replace(params, privileged_state=False))
+        finally:
+            plain.close()
+        return
     extra = env.observation_space.spaces.get("extra")
     if extra is None or "goal_pos" not in extra.spaces:
         raise ConfigError(
@@ -130,6 +139,14 @@ def proprio_state(obs: dict, with_goal: bool = False) -> np.ndarray:
     if with_goal:
         parts.append(extra["goal_pos"])
     return torch.cat(parts, dim=-1).cpu().numpy().astype(np.float32)
+
+
+def privileged_state(obs: dict) -> np.ndarray:
+    """float32 [B, P]: the `state_dict` observation (agent, then extra) flattened in ManiSkill's
+    own order, i.e. what its `state` obs mode gives; needs `privileged_state` in the params."""
+    from mani_skill.utils.common import flatten_state_dict
+
+    return flatten_state_dict({"agent": obs["agent"], "extra": obs["extra"]}, use_torch=True).cpu().numpy().astype(np.float32)
 
 
 def proprio_layout(obs: dict, with_goal: bool = False) -> tuple[str, ...]:

@@ -94,6 +94,7 @@ class ManiSkillParams:
     wrist_camera: str = field(default="auto", metadata={"help": "Wrist sensor: auto (hand_camera when the robot has one) | none | a sensor name."})
     robot_uids: str | None = field(default=None, metadata={"help": "Robot to load (null = the task's default, e.g. panda_wristcam for StackCube)."})
     append_goal_to_state: bool = field(default=False, metadata={"help": "Append the task's goal position (`extra/goal_pos`, xyz in metres, 3 values) to the state vector. Privileged information: PickCube-v1's goal is hidden from every camera, so an image policy can only solve it with this (and actor.model.use_proprio). Tasks without a goal position in their rgb observation (PushCube-v1, StackCube-v1) reject it."})
+    privileged_state: bool = field(default=False, metadata={"help": "Also read the task's privileged state (ManiSkill's `state_dict` observation: robot qpos and qvel, then the task's extras such as TCP, object and goal poses, flattened; PushCube-v1: 35 values) into EnvObservation.privileged_states, with the episode clock (elapsed steps / max_episode_steps) appended. Only an asymmetric critic reads it (actor.model.value_input: privileged_state); the policy never sees it."})
     shift: ShiftParams = field(default_factory=ShiftParams)
 
     def __post_init__(self) -> None:

@@ -11,6 +11,7 @@ from embodied_rl.envs.maniskill.make import (
     camera_names,
     check_goal_state,
     make_gym_env,
+    privileged_state,
     proprio_layout,
     proprio_state,
 )
@@ -40,6 +41,8 @@ class ManiSkillSubEnv(SubEnv):
         }
         if self.wrist_cam is not None:
             out["wrist_image"] = sensors[self.wrist_cam]["rgb"][0].cpu().numpy()
+        if self.params.privileged_state:
+            out["privileged_state"] = privileged_state(obs)[0]
         return out
 
     def reset(self, reset_id: int) -> dict[str, np.ndarray]:

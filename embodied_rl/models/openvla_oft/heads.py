@@ -43,7 +43,8 @@ class ProprioProjector(nn.Module):
 
 
 class ValueHead(nn.Module):
-    """Critic on the hidden state before the first action slot: H -> 512 -> 128 -> out (no last bias).
+    """Critic MLP in -> 512 -> 128 -> out (no last bias); its input is the hidden state before the
+    first action slot (in = H) or, for an asymmetric critic, the privileged state (in = P).
 
     Parameter names (`mlp.0/2/4`) match RLinf's ValueHead, so critics trained there load.
     """

@@ -105,7 +105,8 @@ class OpenVLAOFTPolicy(BasePolicy):
                                               causal=model_cfg.attention_mode == "causal")
         hidden = arch.llm_hidden_size
         self.proprio_projector = ProprioProjector(model_cfg.proprio_dim, hidden) if model_cfg.use_proprio else None
-        self.value_head = ValueHead(hidden, model_cfg.value_dim) if model_cfg.add_value_head else None
+        critic_in = model_cfg.privileged_state_dim if model_cfg.value_input == "privileged_state" else hidden
+        self.value_head = ValueHead(critic_in, model_cfg.value_dim) if model_cfg.add_value_head else None
         self._use_statistics(stats, model_cfg.unnorm_key)
         self.action_tokenizer = ActionTokenizer(arch.base_vocab_size, arch.n_action_bins)
         self.prompt_tokenizer = PromptTokenizer(tokenizer, model_cfg.max_prompt_length, arch.pad_token_id)
@@ -159,6 +160,12 @@ class OpenVLAOFTPolicy(BasePolicy):
             if states.shape[-1] != self.model_cfg.proprio_dim:
                 raise ConfigError(f"actor.model.proprio_dim={self.model_cfg.proprio_dim} but the env state has {states.shape[-1]} dims")
             out["proprio"] = self.proprio_norm.normalize(states)
+        if self.model_cfg.value_input == "privileged_state" and obs.privileged_states is not None:
+            privileged = torch.as_tensor(obs.privileged_states, dtype=torch.float32)
+            if privileged.shape[-1] != self.model_cfg.privileged_state_dim:
+                raise ConfigError(f"actor.model.privileged_state_dim={self.model_cfg.privileged_state_dim} but the env's privileged state "
+                                  f"has {privileged.shape[-1]} values; set it to {privileged.shape[-1]}")
+            out["privileged"] = privileged
         return out
 
     # ---------------------------------------------------------------- forward
@@ -179,11 +186,20 @@ class OpenVLAOFTPolicy(BasePolicy):
             inputs["input_ids"].to(dev), inputs["attention_mask"].to(dev), self.pixel_values(inputs),
             self.model_cfg.num_action_tokens, extra, self.model_cfg.append_stop_token,
         )
-        values = None
-        if compute_values and self.value_head is not None:
-            # The hidden state just before the first action slot (the '▁' token) summarises the observation.
-            values = self.value_head(hidden[:, 0]).float()
+        values = self.critic_values(hidden, inputs) if compute_values and self.value_head is not None else None
         return logits, values
+
+    def critic_values(self, hidden: torch.Tensor, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """float [B, value_dim] from the readout hidden states [B, T, H] or the privileged state."""
+        assert self.value_head is not None
+        if self.model_cfg.value_input == "privileged_state":
+            if "privileged" not in inputs:
+                raise ConfigError("actor.model.value_input=privileged_state but the observation has no privileged state; "
+                                  "set env.train.init_params.privileged_state=true")
+            head_dtype = self.value_head.mlp[0].weight.dtype
+            return self.value_head(inputs["privileged"].to(hidden.device, head_dtype)).float()
+        # The hidden state just before the first action slot (the '▁' token) summarises the observation.
+        return self.value_head(hidden[:, 0]).float()
 
     def _predict(self, inputs: dict[str, torch.Tensor], *, do_sample: bool, temperature: float, top_k: int,
                  compute_values: bool = True, generator: torch.Generator | None = None) -> PolicyOutput:

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
+from embodied_rl.algorithms.losses import explained_variance
 from embodied_rl.errors import ConfigError
 
 REQUIRED_KEYS = ("forward_inputs", "action_tokens", "logprobs", "advantages", "loss_mask")
@@ -126,4 +127,9 @@ def rollout_stats(batch: dict) -> dict[str, float]:
         out["rollout/value_mean"] = float(batch["values"].float().mean())
     if "returns" in batch:
         out["rollout/return_target_mean"] = float(batch["returns"].float().mean())
+    if "values" in batch and "returns" in batch and "value_mask" in batch:
+        # The critic as it was when the batch was collected, on the whole batch: out of sample,
+        # unlike the per-minibatch train/critic/explained_variance of the update it then trains on.
+        returns = batch["returns"].float()
+        out["rollout/explained_variance"] = explained_variance(batch["values"][: returns.shape[0]].float(), returns, batch["value_mask"])
     return out

@@ -157,7 +157,7 @@ class VLLMOpenVLAOFT:
         logits, hidden = self.logits_and_hidden(inputs)
         values = None
         if compute_values and self.host.value_head is not None:
-            values = self.host.value_head(hidden[:, 0]).float()
+            values = self.host.critic_values(hidden, inputs)
         processed = S.process_logits(logits, temperature, top_k)
         tokens = S.sample_tokens(processed, do_sample, generator)
         cfg = self.model_cfg
