@@ -39,7 +39,7 @@ class CounterSubEnv(SubEnv):
         self.reset_id, self.t = reset_id, 0
         return self._obs()
 
-    def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool]:
+    def step(self, action: np.ndarray, render: bool = True) -> tuple[dict[str, np.ndarray], float, bool, bool]:
         time.sleep(CALL_S)
         if action[0] < 0:
             raise RuntimeError(f"sub-env {self.rank}: scripted simulator error")

@@ -923,8 +923,15 @@ def _caching_backend(name: str, real_cls: type, cache: OrderedDict[str, Any]) ->
         def reset(self, env_ids, reset_ids):
             return self._guard(self.inner.reset, env_ids, reset_ids)
 
-        def step(self, actions, env_ids=None):
-            return self._guard(self.inner.step, actions, env_ids)
+        def step(self, actions, env_ids=None, render=True):
+            return self._guard(self.inner.step, actions, env_ids, render)
+
+        @property
+        def renders_on_demand(self) -> bool:
+            return self.inner.renders_on_demand
+
+        def observe(self, env_ids):
+            return self._guard(self.inner.observe, env_ids)
 
         @property
         def action_dim(self) -> int:

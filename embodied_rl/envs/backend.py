@@ -51,9 +51,17 @@ class SubEnv(ABC):
     def reset(self, reset_id: int) -> dict[str, np.ndarray]:
         """Start an episode from the initial state named by `reset_id`."""
 
+    #: step(render=False) may leave the images out of its observation; `observe` renders them
+    renders_on_demand: bool = False
+
     @abstractmethod
-    def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool]:
-        """Apply a controller-space action [action_dim]; returns (obs, reward, terminated, success)."""
+    def step(self, action: np.ndarray, render: bool = True) -> tuple[dict[str, np.ndarray], float, bool, bool]:
+        """Apply a controller-space action [action_dim]; returns (obs, reward, terminated, success).
+        render=False: the obs may lack the image entries (when `renders_on_demand`)."""
+
+    def observe(self) -> dict[str, np.ndarray]:
+        """The current observation with its images (for `renders_on_demand` sub-envs)."""
+        raise NotImplementedError(f"{type(self).__name__} renders on every step")
 
     @abstractmethod
     def task(self) -> tuple[str, str]:
@@ -86,13 +94,23 @@ class SimulatorBackend(ABC):
         LIBERO: index into the suite's (task, init state) pairs).
         """
 
+    #: step(render=False) skips the camera images (the simulator's costliest part on a CPU) and
+    #: `observe` renders them on demand; a backend without it renders on every step.
+    renders_on_demand: bool = False
+
     @abstractmethod
-    def step(self, actions: np.ndarray, env_ids: Sequence[int] | None = None) -> BackendStep:
+    def step(self, actions: np.ndarray, env_ids: Sequence[int] | None = None, render: bool = True) -> BackendStep:
         """Step sub-envs `env_ids` (default: all) with controller-space actions float32 [N, action_dim].
 
         Rows of the result cover all N sub-envs; rows of sub-envs not in `env_ids` (finished
         episodes waiting for `reset`) repeat their last observation with zero reward and no flags.
+        render=False (honoured when `renders_on_demand`): the stepped rows' images are those of
+        their last rendered observation; everything else is current.
         """
+
+    def observe(self, env_ids: Sequence[int]) -> EnvObservation:
+        """The current observation of sub-envs `env_ids`, images rendered (rows in `env_ids` order)."""
+        raise NotImplementedError(f"{type(self).__name__} renders on every step")
 
     @property
     @abstractmethod

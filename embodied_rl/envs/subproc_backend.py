@@ -57,16 +57,19 @@ class SubprocBackend(SimulatorBackend):
 
     def reset(self, env_ids: Sequence[int], reset_ids: Sequence[int]) -> EnvObservation:
         obs, _failed = self.pool.reset(env_ids, reset_ids)  # a failed reset was already rebuilt
-        for i, o in zip(env_ids, obs):
-            self._last[int(i)] = o
+        self._remember(env_ids, obs)
         return stack_observations(obs, [self.pool.tasks[int(i)] for i in env_ids])
 
-    def step(self, actions: np.ndarray, env_ids: Sequence[int] | None = None) -> BackendStep:
+    @property
+    def renders_on_demand(self) -> bool:  # type: ignore[override]
+        return self.pool.renders_on_demand
+
+    def step(self, actions: np.ndarray, env_ids: Sequence[int] | None = None, render: bool = True) -> BackendStep:
         if actions.shape != (self.num_envs, self._action_dim):
             raise ValueError(f"step: actions shape {actions.shape}, expected {(self.num_envs, self._action_dim)}")
         n = self.num_envs
         ids = range(n) if env_ids is None else env_ids
-        obs, r, term, succ, failed = self.pool.step(actions, ids)
+        obs, r, term, succ, failed = self.pool.step(actions, ids, render)
         if env_ids is None:
             rewards, terminated, success, fail = r, term, succ, failed
         else:
@@ -74,14 +77,25 @@ class SubprocBackend(SimulatorBackend):
             success, fail = np.zeros(n, bool), np.zeros(n, bool)
             idx = np.asarray(list(ids), dtype=np.int64)
             rewards[idx], terminated[idx], success[idx], fail[idx] = r, term, succ, failed
-        for i, o in zip(ids, obs):
-            self._last[int(i)] = o
+        self._remember(ids, obs)
         if any(o is None for o in self._last):
             raise RuntimeError("step before every sub-env was reset")
         return BackendStep(
             obs=stack_observations(self._last, self.pool.tasks),  # type: ignore[arg-type]
             rewards=rewards, terminated=terminated, success=success, failed=fail,
         )
+
+    def observe(self, env_ids: Sequence[int]) -> EnvObservation:
+        obs = self.pool.observe(env_ids)
+        self._remember(env_ids, obs)
+        return stack_observations(obs, [self.pool.tasks[int(i)] for i in env_ids])
+
+    def _remember(self, env_ids: Sequence[int], obs: Sequence[dict[str, np.ndarray]]) -> None:
+        """Keep each sub-env's latest observation; one without images (a step that did not
+        render) keeps the images of the last one that had them."""
+        for i, o in zip(env_ids, obs):
+            last = self._last[int(i)]
+            self._last[int(i)] = o if last is None or "main_image" in o else {**last, **o}
 
     def close(self) -> None:
         self.pool.close()

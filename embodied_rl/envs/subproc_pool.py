@@ -60,7 +60,7 @@ def _child_main(conn: Connection, factory: SubEnvFactory, rank: int, environ: di
         conn.send(_Reply(False, _picklable(err)))
         conn.close()
         return
-    conn.send(_Reply(True, {"action_dim": getattr(env, "action_dim", None)}))
+    conn.send(_Reply(True, {"action_dim": getattr(env, "action_dim", None), "renders_on_demand": bool(env.renders_on_demand)}))
     while True:
         try:
             cmd, payload = conn.recv()
@@ -73,7 +73,10 @@ def _child_main(conn: Connection, factory: SubEnvFactory, rank: int, environ: di
                 obs = env.reset(int(payload))
                 result: object = (obs, env.task())
             elif cmd == "step":
-                result = env.step(payload)
+                action, render = payload
+                result = env.step(action, render)
+            elif cmd == "observe":
+                result = env.observe()
             else:
                 raise ValueError(f"unknown pool command {cmd!r}")
             conn.send(_Reply(True, result))
@@ -131,6 +134,7 @@ class SubprocEnvPool:
         self.num_restarts = 0
         self._failures_in_row = [0] * num_envs  # a sub-env failing every step is a bug, not bad luck
         self.action_dim: int | None = None  # reported by the SubEnvs (SubEnv.action_dim)
+        self.renders_on_demand = False  # reported by the SubEnvs (SubEnv.renders_on_demand)
         self._closed = False
         self._children: list[_Child] = []
         try:
@@ -164,14 +168,14 @@ class SubprocEnvPool:
                 obs.append(o)
         return obs, failed
 
-    def step(self, actions: np.ndarray, env_ids: Sequence[int] | None = None):
-        """Step sub-envs `env_ids` (default all) with `actions[i]`.
+    def step(self, actions: np.ndarray, env_ids: Sequence[int] | None = None, render: bool = True):
+        """Step sub-envs `env_ids` (default all) with `actions[i]` (render: see SubEnv.step).
 
         Returns (obs dicts, rewards float32, terminated bool, success bool, failed bool), each
         in `env_ids` order. A failed env's obs is the first observation after its rebuild.
         """
         ids = list(range(self.num_envs)) if env_ids is None else [int(i) for i in env_ids]
-        replies = self._call(ids, "step", [actions[i] for i in ids], self.options.step_timeout_s)
+        replies = self._call(ids, "step", [(actions[i], render) for i in ids], self.options.step_timeout_s)
         n = len(ids)
         rewards = np.zeros(n, dtype=np.float32)
         terminated = np.zeros(n, dtype=bool)
@@ -193,6 +197,13 @@ class SubprocEnvPool:
                 o, rewards[k], terminated[k], success[k] = reply
                 obs.append(o)
         return obs, rewards, terminated, success, failed
+
+    def observe(self, env_ids: Sequence[int]) -> list[dict]:
+        """Current observations of sub-envs `env_ids`, images rendered (SubEnv.observe). A sub-env
+        that crashes here is rebuilt and reset: its observation is then the reset one."""
+        ids = [int(i) for i in env_ids]
+        replies = self._call(ids, "observe", [None] * len(ids), self.options.step_timeout_s)
+        return [self._recover(i, r) if isinstance(r, SubEnvCrash) else r for i, r in zip(ids, replies)]
 
     def close(self) -> None:
         if self._closed:
@@ -266,6 +277,7 @@ class SubprocEnvPool:
         if not reply.ok:
             raise reply.value  # type: ignore[misc]
         self.action_dim = reply.value.get("action_dim")  # type: ignore[union-attr]
+        self.renders_on_demand = bool(reply.value.get("renders_on_demand"))  # type: ignore[union-attr]
 
     def _recover(self, i: int, crash: SubEnvCrash) -> dict:
         """Kill and rebuild sub-env i, reset it to its current reset id; returns the reset obs."""

@@ -192,11 +192,16 @@ class ChunkedVectorEnv:
         final_rows: dict[int, tuple] = {}
         episodes: list[EpisodeSummary] = []
         obs = self._obs
+        # Images are read at the chunk's end (the policy's next input), where an episode ends
+        # (its final observation) and in every frame of a video: other steps need not render.
+        recording = self.recorder is not None and self.recorder.recording
+        lazy = self.backend.renders_on_demand and not recording
         for t in range(c):
             act = self._active.copy()
             if not act.any():
                 break
-            step = self.backend.step(ctrl[:, t], None if act.all() else np.flatnonzero(act))
+            render = not lazy or t == c - 1
+            step = self.backend.step(ctrl[:, t], None if act.all() else np.flatnonzero(act), render=render)
             obs = step.obs
             active_mask[:, t] = act
             r = step.rewards * np.float32(cfg.reward_coef)
@@ -217,6 +222,8 @@ class ChunkedVectorEnv:
             done = np.flatnonzero(term | trunc)
             if done.size == 0:
                 continue
+            if not render:
+                obs.set_rows(done, self.backend.observe(done))
             for i in done:
                 summary = self._summary(int(i), bool(failed[i]))
                 episodes.append(summary)

@@ -113,7 +113,8 @@ class LiberoSubEnv(SubEnv):
         self._task, self.init_state_id = task, init_state_id
         return convert(raw, self.params.image_orientation, self.params.wrist_camera)
 
-    def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool]:
+    def step(self, action: np.ndarray, render: bool = True) -> tuple[dict[str, np.ndarray], float, bool, bool]:
+        # render is not honoured: robosuite renders its cameras inside every step
         if self._task is None:
             raise RuntimeError("LiberoSubEnv.step before reset")
         a = np.asarray(action, dtype=np.float64).reshape(-1)

@@ -83,8 +83,10 @@ class ManiSkillGPUBackend(SimulatorBackend):
             self._obs.set_rows(ids, full.rows(ids))
         return full.rows(ids)
 
-    def step(self, actions: np.ndarray, env_ids: Sequence[int] | None = None) -> BackendStep:
+    def step(self, actions: np.ndarray, env_ids: Sequence[int] | None = None, render: bool = True) -> BackendStep:
         import torch
+
+        # render is not honoured: the batched GPU renderer is cheap next to the policy
 
         active = np.ones(self.num_envs, bool) if env_ids is None else np.isin(np.arange(self.num_envs), env_ids)
         act = torch.as_tensor(np.where(active[:, None], actions, 0.0), dtype=torch.float32, device=self.env.unwrapped.device)

@@ -1,8 +1,11 @@
 """One ManiSkill3 CPU-sim env as a `SubEnv` (hosted in the subprocess pool)."""
 from __future__ import annotations
 
+import contextlib
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -18,8 +21,25 @@ from embodied_rl.envs.maniskill.make import (
 from embodied_rl.envs.maniskill.params import ManiSkillParams
 
 
+@contextlib.contextmanager
+def _without_cameras(env: Any) -> Iterator[None]:
+    """Inside, the env's observation is its state part only: ManiSkill renders the sensors only
+    for visual observation modes (get_obs), while the task's extras keep following the mode the
+    env was made with (obs_mode_struct), so the state the policy reads is the same."""
+    mode = env._obs_mode
+    env._obs_mode = "state_dict"
+    try:
+        yield
+    finally:
+        env._obs_mode = mode
+
+
 class ManiSkillSubEnv(SubEnv):
-    """Reset ids are ManiSkill reset seeds: `reset(k)` == `env.reset(seed=k)`, fully deterministic."""
+    """Reset ids are ManiSkill reset seeds: `reset(k)` == `env.reset(seed=k)`, fully deterministic.
+    Rendering is most of a CPU-sim step (64 px: ~30 ms of ~32), so steps whose images nobody
+    reads skip it (`renders_on_demand`)."""
+
+    renders_on_demand = True
 
     def __init__(self, params: ManiSkillParams, instruction: str) -> None:
         # SAPIEN warns that no system libvulkan exists and uses its bundled loader, which is
@@ -34,13 +54,12 @@ class ManiSkillSubEnv(SubEnv):
         self.state_layout: tuple[str, ...] = ()  # names of the "state" entries, known after the first reset
 
     def _obs(self, obs: dict) -> dict[str, np.ndarray]:
-        sensors = obs["sensor_data"]
-        out = {
-            "main_image": sensors[self.main_cam]["rgb"][0].cpu().numpy(),
-            "state": proprio_state(obs, self.params.append_goal_to_state)[0],
-        }
-        if self.wrist_cam is not None:
-            out["wrist_image"] = sensors[self.wrist_cam]["rgb"][0].cpu().numpy()
+        out = {"state": proprio_state(obs, self.params.append_goal_to_state)[0]}
+        sensors = obs.get("sensor_data")
+        if sensors is not None:  # absent after a step that did not render
+            out["main_image"] = sensors[self.main_cam]["rgb"][0].cpu().numpy()
+            if self.wrist_cam is not None:
+                out["wrist_image"] = sensors[self.wrist_cam]["rgb"][0].cpu().numpy()
         if self.params.privileged_state:
             out["privileged_state"] = privileged_state(obs)[0]
         return out
@@ -50,11 +69,15 @@ class ManiSkillSubEnv(SubEnv):
         self.state_layout = proprio_layout(obs, self.params.append_goal_to_state)
         return self._obs(obs)
 
-    def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool]:
+    def step(self, action: np.ndarray, render: bool = True) -> tuple[dict[str, np.ndarray], float, bool, bool]:
         # ManiSkill's own time limit is ignored: ChunkedVectorEnv owns max_episode_steps.
-        obs, reward, terminated, _truncated, info = self.env.step(action)
+        with contextlib.nullcontext() if render else _without_cameras(self.env.unwrapped):
+            obs, reward, terminated, _truncated, info = self.env.step(action)
         success = bool(info["success"][0]) if "success" in info else False
         return self._obs(obs), float(reward[0]), bool(terminated[0]), success
+
+    def observe(self) -> dict[str, np.ndarray]:
+        return self._obs(self.env.unwrapped.get_obs())
 
     def task(self) -> tuple[str, str]:
         return self.params.id, self.instruction
