@@ -137,3 +137,54 @@ def test_privileged_state_keys_that_nothing_reads_or_that_cannot_work_are_reject
 def test_the_privileged_critic_config_is_accepted():
     cfg = load_config("maniskill_ppo_tiny", [*PPO_PUSH, *PRIV, "+env.train.init_params.privileged_state=true"], plan=False)
     assert cfg.actor.model.value_input == "privileged_state" and cfg.env.train.init_params["privileged_state"] is True
+
+
+def _grads(norm_policy: float, norm_critic: float) -> list[dict]:
+    policy, critic = torch.nn.Parameter(torch.zeros(4)), torch.nn.Parameter(torch.zeros(3))
+    policy.grad = torch.full((4,), norm_policy / 2.0)  # |(x, x, x, x)| = 2x
+    critic.grad = torch.zeros(3)
+    critic.grad[0] = norm_critic
+    return [{"name": "policy", "params": [policy]}, {"name": "value_head", "params": [critic]}]
+
+
+def test_an_asymmetric_critics_gradient_is_clipped_apart_from_the_policys():
+    from embodied_rl.workers.actor.optim import clip_gradients, clip_sets
+
+    together = _grads(0.5, 30.0)
+    norms = clip_gradients(clip_sets(together, critic_apart=False), clip=1.0)
+    assert norms == pytest.approx([(0.5 ** 2 + 30.0 ** 2) ** 0.5])
+    assert together[0]["params"][0].grad.norm() == pytest.approx(0.5 / norms[0], rel=1e-4)  # the critic shrank the policy's step
+    apart = _grads(0.5, 30.0)
+    assert clip_gradients(clip_sets(apart, critic_apart=True), clip=1.0) == pytest.approx([0.5, 30.0])
+    assert apart[0]["params"][0].grad.norm() == pytest.approx(0.5)  # under the limit: untouched
+    assert apart[1]["params"][0].grad.norm() == pytest.approx(1.0, rel=1e-4)
+    # during the critic warm-up only the value head has a gradient
+    apart[0]["params"][0].grad = None
+    assert clip_gradients(clip_sets(apart, critic_apart=True), clip=1.0) == pytest.approx([1.0], rel=1e-4)
+
+
+def test_the_critics_input_statistics_follow_the_training_batches_and_travel_with_the_weights(ckpt):
+    from embodied_rl.models.openvla_oft.heads import InputNormalizer
+
+    norm = InputNormalizer(3)
+    x = torch.tensor([[1.0, 100.0, -5.0]]) + torch.randn(4000, 3) * torch.tensor([0.01, 10.0, 2.0])
+    torch.testing.assert_close(norm(x[:2]), x[:2].clamp(-10, 10))  # no statistics yet: the identity (clipped)
+    for part in x.split(700):  # batch by batch equals all at once
+        norm.update(part)
+    torch.testing.assert_close(norm.mean, x.mean(0))
+    torch.testing.assert_close(norm.var, x.var(0, unbiased=False))
+    z = norm(x)
+    torch.testing.assert_close(z.mean(0), torch.zeros(3), atol=1e-4, rtol=0)
+    torch.testing.assert_close(z.std(0), torch.ones(3), atol=1e-3, rtol=0)
+
+    policy = critic_policy(ckpt)
+    batch = obs(n=5, seed=3)
+    inputs = policy.prepare_inputs(batch)
+    policy.observe_training_batch({"privileged": inputs["privileged"] * 50.0})
+    stats = {k: v for k, v in policy.trainable_state_dict().items() if "input_norm" in k}
+    assert set(stats) == {"value_head.input_norm.mean", "value_head.input_norm.var", "value_head.input_norm.count"}
+    assert float(stats["value_head.input_norm.count"]) == 5.0
+    rollout = critic_policy(ckpt)  # a rollout worker's copy: the same values once it has the weights
+    rollout.load_trainable_state_dict(policy.trainable_state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(rollout.predict(inputs, do_sample=False).values, policy.predict(inputs, do_sample=False).values)

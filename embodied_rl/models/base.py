@@ -92,6 +92,10 @@ class BasePolicy(nn.Module):
         from now on, in predictions, training targets and saved checkpoints."""
         raise NotImplementedError(f"{type(self).__name__} has no dataset statistics to replace")
 
+    def observe_training_batch(self, forward_inputs: dict[str, torch.Tensor]) -> None:
+        """See the inputs [N, ...] of a whole training batch before the update trains on it
+        (e.g. to update running input statistics); the same batch on every actor rank."""
+
     def reference_view(self) -> Callable[[], AbstractContextManager[None]] | None:
         """The KL reference without a second model: a factory of contexts inside which forward
         passes score as the policy does now (call it before any weight update), or None when

@@ -42,15 +42,56 @@ class ProprioProjector(nn.Module):
         return self.fc2(self.act_fn1(self.fc1(proprio)))
 
 
+class InputNormalizer(nn.Module):
+    """Running mean and variance of an input vector, and the input standardised with them and
+    clipped to +-clip. The statistics are buffers, so they are saved, synced to the rollout and
+    loaded with the weights; they change only through `update` (whole training batches), never
+    in forward, so the rollout and the update compute the same function of the input."""
+
+    def __init__(self, dim: int, clip: float = 10.0, eps: float = 1e-8) -> None:
+        super().__init__()
+        self.clip, self.eps = clip, eps
+        self.register_buffer("mean", torch.zeros(dim))
+        self.register_buffer("var", torch.ones(dim))
+        self.register_buffer("count", torch.zeros(()))
+
+    @torch.no_grad()
+    def reset(self) -> None:
+        """No statistics yet: the identity until the first update."""
+        self.mean.zero_()
+        self.var.fill_(1.0)
+        self.count.zero_()
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        """Merge the rows of x [..., dim] into the statistics (Chan et al.'s parallel update)."""
+        x = x.reshape(-1, self.mean.shape[0]).to(self.mean)
+        n = float(x.shape[0])
+        if n == 0:
+            return
+        batch_mean, batch_var = x.mean(0), x.var(0, unbiased=False)
+        total = self.count + n
+        delta = batch_mean - self.mean
+        m2 = self.var * self.count + batch_var * n + delta.square() * self.count * n / total
+        self.mean += delta * n / total
+        self.var.copy_(m2 / total)
+        self.count.copy_(total)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ((x - self.mean.to(x.dtype)) / torch.sqrt(self.var.to(x.dtype) + self.eps)).clamp(-self.clip, self.clip)
+
+
 class ValueHead(nn.Module):
     """Critic MLP in -> 512 -> 128 -> out (no last bias); its input is the hidden state before the
-    first action slot (in = H) or, for an asymmetric critic, the privileged state (in = P).
+    first action slot (in = H) or, for an asymmetric critic, the privileged state (in = P), which
+    `normalize_input` standardises first: raw simulator state mixes radians, metres and velocities.
 
     Parameter names (`mlp.0/2/4`) match RLinf's ValueHead, so critics trained there load.
     """
 
-    def __init__(self, hidden_size: int, out_dim: int) -> None:
+    def __init__(self, hidden_size: int, out_dim: int, normalize_input: bool = False) -> None:
         super().__init__()
+        self.input_norm = InputNormalizer(hidden_size) if normalize_input else None
         self.mlp = nn.Sequential(
             nn.Linear(hidden_size, 512), nn.GELU(), nn.Linear(512, 128), nn.GELU(), nn.Linear(128, out_dim, bias=False)
         )
@@ -62,6 +103,8 @@ class ValueHead(nn.Module):
             nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
             nn.init.zeros_(layer.bias)
         nn.init.normal_(self.mlp[4].weight, std=0.02)
+        if self.input_norm is not None:
+            self.input_norm.reset()
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.mlp(h)
+        return self.mlp(self.input_norm(h) if self.input_norm is not None else h)

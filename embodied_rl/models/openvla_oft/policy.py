@@ -105,8 +105,9 @@ class OpenVLAOFTPolicy(BasePolicy):
                                               causal=model_cfg.attention_mode == "causal")
         hidden = arch.llm_hidden_size
         self.proprio_projector = ProprioProjector(model_cfg.proprio_dim, hidden) if model_cfg.use_proprio else None
-        critic_in = model_cfg.privileged_state_dim if model_cfg.value_input == "privileged_state" else hidden
-        self.value_head = ValueHead(critic_in, model_cfg.value_dim) if model_cfg.add_value_head else None
+        privileged = model_cfg.value_input == "privileged_state"
+        critic_in = model_cfg.privileged_state_dim if privileged else hidden
+        self.value_head = ValueHead(critic_in, model_cfg.value_dim, normalize_input=privileged) if model_cfg.add_value_head else None
         self._use_statistics(stats, model_cfg.unnorm_key)
         self.action_tokenizer = ActionTokenizer(arch.base_vocab_size, arch.n_action_bins)
         self.prompt_tokenizer = PromptTokenizer(tokenizer, model_cfg.max_prompt_length, arch.pad_token_id)
@@ -188,6 +189,11 @@ class OpenVLAOFTPolicy(BasePolicy):
         )
         values = self.critic_values(hidden, inputs) if compute_values and self.value_head is not None else None
         return logits, values
+
+    def observe_training_batch(self, forward_inputs: dict[str, torch.Tensor]) -> None:
+        """The asymmetric critic's input statistics take in the batch's privileged states."""
+        if self.value_head is not None and self.value_head.input_norm is not None and "privileged" in forward_inputs:
+            self.value_head.input_norm.update(forward_inputs["privileged"])
 
     def critic_values(self, hidden: torch.Tensor, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """float [B, value_dim] from the readout hidden states [B, T, H] or the privileged state."""

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from embodied_rl.errors import ConfigError
 
@@ -52,6 +53,28 @@ def build_optimizer(model: nn.Module, optim_cfg) -> torch.optim.AdamW:
         eps=optim_cfg.adam_eps,
         weight_decay=optim_cfg.weight_decay,
     )
+
+
+def clip_sets(param_groups: list[dict], critic_apart: bool) -> list[list[nn.Parameter]]:
+    """Parameter sets whose gradient norm is clipped as one: every trainable weight together, or,
+    with critic_apart (an asymmetric critic that shares no weight with the policy), the policy's
+    and the value head's apart, so the critic's loss scale never shrinks the policy's step."""
+    if not critic_apart:
+        return [[p for g in param_groups for p in g["params"]]]
+    return [[p for g in param_groups if g["name"] != "value_head" for p in g["params"]],
+            [p for g in param_groups if g["name"] == "value_head" for p in g["params"]]]
+
+
+def clip_gradients(sets: list[list[nn.Parameter]], clip: float) -> list[float]:
+    """Clip each set's gradient norm to `clip` (<= 0: measure only); parameters without a
+    gradient are left out, a set without any is skipped. Returns the norms before clipping."""
+    norms = []
+    for params in sets:
+        params = [p for p in params if p.grad is not None]
+        if params:
+            norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
+            norms.append(float(norm.full_tensor() if isinstance(norm, DTensor) else norm))
+    return norms
 
 
 # Decay shape after warm-up by schedule name: progress 0 -> 1 maps to 1 -> 0.

@@ -25,7 +25,6 @@ import ray
 import torch
 import torch.distributed as dist
 from safetensors.torch import load_file, save_file
-from torch.distributed.tensor import DTensor
 
 from embodied_rl.algorithms import (
     RunningRewardStats,
@@ -51,7 +50,12 @@ from embodied_rl.workers.actor.batch import (
     rollout_stats,
     select,
 )
-from embodied_rl.workers.actor.optim import build_optimizer, build_scheduler
+from embodied_rl.workers.actor.optim import (
+    build_optimizer,
+    build_scheduler,
+    clip_gradients,
+    clip_sets,
+)
 from embodied_rl.workers.protocol import concat_trajectories
 
 log = logging.getLogger(__name__)
@@ -126,6 +130,7 @@ class ActorWorker:
         self.onload()
         algo, a = self.cfg.algorithm, self.cfg.actor
         flat = flatten_batch(batch, needs_critic=algo.uses_critic)
+        self.policy.observe_training_batch(flat["forward_inputs"])
         total = num_samples(flat)
         check_batch_sizes(total, a.global_batch_size, a.micro_batch_size, self.world_size)
         sums: dict[str, float] = {}
@@ -220,8 +225,9 @@ class ActorWorker:
         return metrics
 
     def _clip_and_step(self, critic_only: bool = False) -> float:
-        """Clip the global grad norm (optim.clip_grad <= 0: measure only) and step; a
-        non-finite norm skips the update on every rank (the norm is the same everywhere).
+        """Clip the gradient norm (optim.clip_grad <= 0: measure only) and step; a non-finite
+        norm skips the update on every rank (the norm is the same everywhere). Returns the norm
+        of the policy's gradient (of the critic's when only the critic has one).
         critic_only: drop every gradient outside the value head first, so AdamW leaves the
         policy's weights and moments untouched (it skips parameters without a gradient)."""
         if critic_only:
@@ -229,16 +235,14 @@ class ActorWorker:
                 if group["name"] != "value_head":
                     for p in group["params"]:
                         p.grad = None
-        params = [p for p in self.policy.parameters() if p.grad is not None]
-        clip = self.cfg.actor.optim.clip_grad
-        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
-        norm = float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
-        if math.isfinite(norm):
+        critic_apart = self.cfg.actor.model.value_input == "privileged_state"
+        norms = clip_gradients(clip_sets(self.optimizer.param_groups, critic_apart), self.cfg.actor.optim.clip_grad)
+        if all(math.isfinite(n) for n in norms):
             self.optimizer.step()
         else:
             log.warning("actor rank %d: non-finite gradient norm, optimizer step skipped", self.rank)
         self.optimizer.zero_grad(set_to_none=True)
-        return norm
+        return next((n for n in norms if not math.isfinite(n)), norms[0] if norms else 0.0)
 
     def _reduce_over_ranks(self, metrics: dict[str, float]) -> dict[str, float]:
         """Means are averaged over ranks; `*_max` / `*_min` metrics take the extreme."""
