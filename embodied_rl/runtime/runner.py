@@ -150,8 +150,10 @@ class EmbodiedRunner:
         with timer("step"):
             trajectories = []  # per rollout epoch, references to each rollout rank's trajectory
             with timer("rollout"):
-                for _ in range(cfg.algorithm.rollout_epoch):
-                    refs, env_out, roll_times = self.rollout("train")
+                for epoch in range(cfg.algorithm.rollout_epoch):
+                    # A step's video file holds one epoch: only the last is recorded (the others
+                    # would be overwritten), so the rest skip rendering frames nobody reads.
+                    refs, env_out, roll_times = self.rollout("train", video=epoch == cfg.algorithm.rollout_epoch - 1)
                     m = {**merge_env_metrics(env_out, prefix="env"), **roll_times}
                     trajectories.append(refs)
                     for k, v in m.items():
