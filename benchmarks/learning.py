@@ -34,13 +34,23 @@ from pathlib import Path
 # The RL phases start from the SFT export and evaluate on the SFT config's env (PushCube, 64 px).
 PUSH = ["env.train=maniskill_push_cube", "env.eval=maniskill_push_cube"]
 RL_CONFIGS = {"ppo": "maniskill_ppo_tiny", "grpo": "maniskill_grpo_tiny"}
-# What each RL phase adds to its config. GRPO: groups of 4 sharing a reset state, the dense
-# reward over full 40-step episodes (returns that separate success from failure, within a
-# group), and tokens sampled at temperature 0.5, the temperature its sampled evaluation uses.
+# What both RL phases add to their configs: the dense reward over full 40-step episodes (a
+# success keeps collecting reward, so returns separate success from failure), tokens drawn at
+# temperature 0.5 from the 3 most likely bins (the sampled policy closest to the greedy one
+# that still explores; its sampled evaluation uses the same), and no training videos (every
+# training step then renders only the images the policy reads; evaluations still record).
+COMMON = ["env.train.init_params.reward_mode=normalized_dense", "algorithm.sampling_params.temperature_train=0.5",
+          "algorithm.sampling_params.temperature_eval=0.5", "algorithm.sampling_params.top_k=3",
+          "env.train.video_cfg.save_video=false"]
+# PPO: an asymmetric critic on the simulator's privileged state and the episode clock (the
+# policy's 64 px features explain <= 16 % of the return, docs/LEARNING.md), rewards scaled by
+# their running std, no absolute value clip, 3 critic-only steps, 4 update epochs.
+# GRPO: groups of 4 sharing a reset state, no critic.
 RL_SETTINGS = {
-    "ppo": [],
-    "grpo": ["algorithm.group_size=4", "env.train.init_params.reward_mode=normalized_dense",
-             "algorithm.sampling_params.temperature_train=0.5", "algorithm.sampling_params.temperature_eval=0.5"],
+    "ppo": [*COMMON, "env.train.ignore_terminations=true", "actor.model.value_input=privileged_state",
+            "actor.model.privileged_state_dim=36", "+env.train.init_params.privileged_state=true", "algorithm.value_clip=null",
+            "algorithm.reward_norm=running", "algorithm.reward_scale=true", "actor.optim.value_lr=1e-3"],
+    "grpo": [*COMMON, "algorithm.group_size=4"],
 }
 # Chunk steps per episode in both RL configs: 40-step episodes, chunks of 8 actions (_env_steps reads them back).
 CHUNK_STEPS = 5
@@ -89,25 +99,28 @@ def run_sft(seed: int, a: argparse.Namespace, work: Path) -> dict:
 def run_rl(algo: str, out: dict, a: argparse.Namespace, work: Path) -> None:
     """One RL phase from seed out["seed"]'s SFT export; adds its evaluations and training curves to out."""
     seed, eval_envs = out["seed"], out["eval_envs"]
-    # Twice the eval sub-envs per rollout epoch, 2 epochs per step, a small policy LR and several
-    # minibatches per update epoch (measured: 4 episodes per step at lr 1e-4 collapse the policy;
-    # one optimizer step per epoch moved it by an approx-KL of ~1e-4 per update).
-    train_envs = (1 if a.minimal else 2) * eval_envs
+    # --train-envs per eval sub-env, --rollout-epochs per step (64 episodes per update by default:
+    # 16 per update left PPO's advantages and its critic too noisy to move the policy), split
+    # into --minibatches optimizer steps per update epoch.
+    train_envs = (1 if a.minimal else a.train_envs) * eval_envs
     batch = train_envs * CHUNK_STEPS * a.rollout_epochs
     name = f"{algo}_s{seed}"
+    per_algo = ([f"algorithm.update_epoch={a.ppo_update_epochs}", f"runner.critic_warmup={0 if a.minimal else a.critic_warmup}"]
+                if algo == "ppo" else [])
     out["time_s"][algo] = cli(
         "train", RL_CONFIGS[algo], f"actor.model.model_path=models/sft_s{seed}", "actor.model.create_preset=null", *PUSH,
         f"runner.seed={seed}", f"runner.max_steps={a.rl_steps}", "runner.val_before_train=true",
         f"runner.val_check_interval={a.eval_every}", f"env.train.total_num_envs={train_envs}",
         f"algorithm.rollout_epoch={a.rollout_epochs}", f"actor.optim.lr={a.grpo_lr if algo == 'grpo' else a.rl_lr}",
         f"actor.global_batch_size={batch // a.minibatches}", f"algorithm.eval_rollout_epoch={a.eval_epochs}",
-        f"env.eval.total_num_envs={eval_envs}", f"runner.experiment_name={name}", *RL_SETTINGS[algo],
+        f"env.eval.total_num_envs={eval_envs}", f"runner.experiment_name={name}", *RL_SETTINGS[algo], *per_algo,
         cwd=work, log=work / "logs" / f"{name}.log")
     m = metrics(work / "runs" / name)
     out[f"{algo}_evals"] = evals(m)
     out[f"{algo}_env_steps_per_step"] = _env_steps(work / "runs" / name)
     out[f"{algo}_train"] = {s: {k: v for k, v in r.items() if k in ("env/success_once", "env/return", "train/critic/value_loss",
-                                                                     "train/actor/entropy")} for s, r in m.items() if s > 0}
+                                                                     "rollout/explained_variance", "train/actor/entropy")}
+                            for s, r in m.items() if s > 0}
 
 
 def _config(run: Path) -> dict:
@@ -191,13 +204,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--demos", type=int, default=100, help="expert demonstrations (PushCube-v1)")
     p.add_argument("--sft-steps", type=int, default=300, help="SFT optimizer steps of 64 samples")
-    p.add_argument("--rl-steps", type=int, default=20, help="PPO / GRPO training steps")
-    p.add_argument("--rl-lr", type=float, default=3e-5, help="policy learning rate of PPO")
+    p.add_argument("--rl-steps", type=int, default=30, help="PPO / GRPO training steps")
+    p.add_argument("--rl-lr", type=float, default=2e-4, help="policy learning rate of PPO")
     p.add_argument("--grpo-lr", type=float, default=1e-4, help="policy learning rate of GRPO")
     p.add_argument("--reuse-sft", action="store_true", help="take each seed's SFT run and export from --out when they exist (same SFT settings)")
-    p.add_argument("--rollout-epochs", type=int, default=2, help="rollout epochs per RL step")
+    p.add_argument("--train-envs", type=int, default=4, help="training sub-envs per eval sub-env")
+    p.add_argument("--rollout-epochs", type=int, default=4, help="rollout epochs per RL step")
     p.add_argument("--minibatches", type=int, default=4, help="optimizer steps per update epoch (the rollout batch split evenly)")
-    p.add_argument("--eval-every", type=int, default=20, help="RL steps between evaluations (and after the last)")
+    p.add_argument("--ppo-update-epochs", type=int, default=4, help="PPO passes over each rollout batch (GRPO: 1)")
+    p.add_argument("--critic-warmup", type=int, default=3, help="PPO steps that train only the critic, from the first")
+    p.add_argument("--eval-every", type=int, default=10, help="RL steps between evaluations (and after the last)")
     p.add_argument("--eval-epochs", type=int, default=16, help="eval rollout epochs: episodes = eval sub-envs x this")
     p.add_argument("--algos", nargs="+", choices=list(RL_CONFIGS), default=list(RL_CONFIGS), help="RL phases to run from the SFT policy")
     p.add_argument("--minimal", action="store_true", help="2 demos, 1 SFT epoch, 1 RL step, 1 eval epoch: the code path only")
