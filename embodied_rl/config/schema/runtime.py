@@ -101,7 +101,7 @@ class OptimConfig:
     adam_beta2: float = field(default=0.999, metadata={"help": "AdamW beta2."})
     adam_eps: float = field(default=1.0e-5, metadata={"help": "AdamW epsilon."})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW decoupled weight decay."})
-    clip_grad: float = field(default=1.0, metadata={"help": "Clip the global gradient norm to this value; <= 0 = no clipping (the norm is still logged)."})
+    clip_grad: float = field(default=1.0, metadata={"help": "Clip the global gradient norm to this value (an asymmetric critic's, actor.model.value_input: privileged_state, apart from the policy's); <= 0 = no clipping (the norm is still logged)."})
     lr_scheduler: Literal["constant", "cosine", "linear"] = field(default="constant", metadata={"help": "Learning-rate schedule over runner.max_steps after warm-up: constant | cosine | linear (decay to min_lr)."})
     lr_warmup_steps: int = field(default=0, metadata={"help": "Training steps of linear warm-up from 0 to lr (and value_lr)."})
     min_lr: float = field(default=0.0, metadata={"help": "Final learning rate of the cosine and linear schedules."})
