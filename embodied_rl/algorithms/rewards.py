@@ -13,9 +13,18 @@ from torch import Tensor
 from embodied_rl.algorithms.masks import masked_mean, masked_var
 
 
+def merge_moments(count, mean, var, b_count, b_mean, b_var):
+    """(count, mean, variance) of two sample sets merged from their own (Chan et al.'s parallel
+    update); floats or tensors (per-feature moments) alike. count 0 takes the batch's moments."""
+    total = count + b_count
+    delta = b_mean - mean
+    m2 = var * count + b_var * b_count + delta * delta * count * b_count / total
+    return total, mean + delta * b_count / total, m2 / total
+
+
 @dataclass
 class RunningRewardStats:
-    """Running mean/variance of rewards (Chan et al. parallel update), for reward_norm: running.
+    """Running mean/variance of rewards (merge_moments), for reward_norm: running.
 
     The runtime owns one instance per training run and checkpoints `state_dict()`.
     """
@@ -29,14 +38,8 @@ class RunningRewardStats:
         if x.numel() == 0:
             return
         x = x.detach().double()
-        b_count, b_mean = float(x.numel()), float(x.mean())
-        b_var = float(x.var(unbiased=False))
-        total = self.count + b_count
-        delta = b_mean - self.mean
-        m2 = self.var * self.count + b_var * b_count + delta * delta * self.count * b_count / total
-        self.mean += delta * b_count / total
-        self.var = m2 / total
-        self.count = total
+        self.count, self.mean, self.var = merge_moments(self.count, self.mean, self.var, float(x.numel()),
+                                                        float(x.mean()), float(x.var(unbiased=False)))
 
     def state_dict(self) -> dict[str, float]:
         return {"count": self.count, "mean": self.mean, "var": self.var}

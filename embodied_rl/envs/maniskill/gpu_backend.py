@@ -87,7 +87,6 @@ class ManiSkillGPUBackend(SimulatorBackend):
         import torch
 
         # render is not honoured: the batched GPU renderer is cheap next to the policy
-
         active = np.ones(self.num_envs, bool) if env_ids is None else np.isin(np.arange(self.num_envs), env_ids)
         act = torch.as_tensor(np.where(active[:, None], actions, 0.0), dtype=torch.float32, device=self.env.unwrapped.device)
         obs, reward, terminated, _trunc, info = self.env.step(act)

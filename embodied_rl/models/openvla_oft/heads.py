@@ -4,6 +4,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from embodied_rl.algorithms.rewards import merge_moments
+
 
 class PrismaticProjector(nn.Module):
     """Vision features -> LLM embeddings. Fused: fc1 (4x), GELU, fc2, GELU, fc3; else fc1, GELU, fc2."""
@@ -64,18 +66,14 @@ class InputNormalizer(nn.Module):
 
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
-        """Merge the rows of x [..., dim] into the statistics (Chan et al.'s parallel update)."""
+        """Merge the rows of x [..., dim] into the statistics."""
         x = x.reshape(-1, self.mean.shape[0]).to(self.mean)
-        n = float(x.shape[0])
-        if n == 0:
+        if x.shape[0] == 0:
             return
-        batch_mean, batch_var = x.mean(0), x.var(0, unbiased=False)
-        total = self.count + n
-        delta = batch_mean - self.mean
-        m2 = self.var * self.count + batch_var * n + delta.square() * self.count * n / total
-        self.mean += delta * n / total
-        self.var.copy_(m2 / total)
-        self.count.copy_(total)
+        count, mean, var = merge_moments(self.count, self.mean, self.var, float(x.shape[0]), x.mean(0), x.var(0, unbiased=False))
+        self.count.copy_(count)
+        self.mean.copy_(mean)
+        self.var.copy_(var)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return ((x - self.mean.to(x.dtype)) / torch.sqrt(self.var.to(x.dtype) + self.eps)).clamp(-self.clip, self.clip)
