@@ -1,20 +1,22 @@
 """The learning result, reproduced from nothing: demos -> SFT -> PPO and GRPO from the SFT policy.
 
-Task: ManiSkill3 PushCube-v1 on the CPU sim, 64 px, tiny OpenVLA-OFT preset. Every phase runs
-through the real CLI, as a user would run it:
+Tasks: ManiSkill3 PushCube-v1 (--task push_cube, its target visible) and PickCube-v1 (--task
+pick_cube, its hidden goal in the policy's state input) on the CPU sim, 64 px, tiny OpenVLA-OFT
+preset. Every phase runs through the real CLI, as a user would run it:
 
-    embodied-rl demos maniskill_sft_tiny --num-demos D --out demos/push_cube_64
-    embodied-rl sft maniskill_sft_tiny runner.seed=S ...            (per seed)
+    embodied-rl demos SFT_CONFIG --num-demos D --out DEMO_DIR
+    embodied-rl sft SFT_CONFIG runner.seed=S ...                     (per seed)
     embodied-rl export runs/sft_sS models/sft_sS
-    embodied-rl train maniskill_ppo_tiny  <from the export, PushCube> runner.val_before_train=true ...
-    embodied-rl train maniskill_grpo_tiny <from the export, PushCube> runner.val_before_train=true ...
+    embodied-rl train maniskill_ppo_tiny  <from the export, the task's env> runner.val_before_train=true ...
+    embodied-rl train maniskill_grpo_tiny <from the export, the task's env> runner.val_before_train=true ...
 
 Held-out evaluation: env.eval draws fixed reset ids (use_fixed_reset_state_ids) from its own
 seeded stream over the eval split, seeds [2^30, 2^31 - 1); the demos use reset ids
 0 .. D+failures of the train split. Every evaluation (SFT, PPO, GRPO, every step) scores the
 same initial states, greedily: eval sub-envs x --eval-epochs episodes.
 
-    python benchmarks/learning.py                        # the recipe of docs/LEARNING.md
+    python benchmarks/learning.py                        # the recipe of docs/LEARNING.md (PushCube)
+    python benchmarks/learning.py --task pick_cube       # the same recipe on PickCube
     python benchmarks/learning.py --seeds 0 --minimal    # smallest size (tests/test_learning.py)
 
 Writes <out>/results.json and <out>/learning.png and prints the before/after table.
@@ -29,10 +31,30 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-# The RL phases start from the SFT export and evaluate on the SFT config's env (PushCube, 64 px).
-PUSH = ["env.train=maniskill_push_cube", "env.eval=maniskill_push_cube"]
+
+@dataclass(frozen=True)
+class Task:
+    """What differs between tasks: where the demos come from and what the RL configs must add."""
+
+    sft_config: str
+    demo_dir: str
+    demos: int            # default number of expert demonstrations
+    sft_steps: int        # default SFT optimizer steps (64 samples each): a deliberately weak policy
+    privileged_state_dim: int  # the asymmetric critic's input: the task's state_dict + the clock
+    rl_overrides: tuple[str, ...]  # the RL phases start from the SFT export on the SFT config's env
+
+
+TASKS = {
+    "push_cube": Task("maniskill_sft_tiny", "demos/push_cube_64", 100, 300, 36,
+                      ("env.train=maniskill_push_cube", "env.eval=maniskill_push_cube")),
+    # The policy reads the hidden goal from its 12-D state (proprio token), as in its SFT config.
+    "pick_cube": Task("maniskill_sft_pick_cube_tiny", "demos/pick_cube_64", 200, 1000, 43,
+                      ("env.train=maniskill_pick_cube", "env.eval=maniskill_pick_cube", "actor.model.use_proprio=true",
+                       "actor.model.proprio_dim=12")),
+}
 RL_CONFIGS = {"ppo": "maniskill_ppo_tiny", "grpo": "maniskill_grpo_tiny"}
 # What both RL phases add to their configs: the dense reward over full 40-step episodes (a
 # success keeps collecting reward, so returns separate success from failure), tokens drawn at
@@ -48,7 +70,7 @@ COMMON = ["env.train.init_params.reward_mode=normalized_dense", "algorithm.sampl
 # GRPO: groups of 4 sharing a reset state, no critic.
 RL_SETTINGS = {
     "ppo": [*COMMON, "env.train.ignore_terminations=true", "actor.model.value_input=privileged_state",
-            "actor.model.privileged_state_dim=36", "+env.train.init_params.privileged_state=true", "algorithm.value_clip=null",
+            "+env.train.init_params.privileged_state=true", "algorithm.value_clip=null",
             "algorithm.reward_norm=running", "algorithm.reward_scale=true", "actor.optim.value_lr=1e-3"],
     "grpo": [*COMMON, "algorithm.group_size=4"],
 }
@@ -85,7 +107,7 @@ def run_sft(seed: int, a: argparse.Namespace, work: Path) -> dict:
     out: dict = {"seed": seed, "time_s": {}}
     sft = f"sft_s{seed}"
     if not (a.reuse_sft and (work / "models" / sft / "config.json").is_file()):  # else: this seed's SFT, as exported before
-        out["time_s"]["sft"] = cli("sft", "maniskill_sft_tiny", f"runner.seed={seed}", f"runner.experiment_name={sft}",
+        out["time_s"]["sft"] = cli("sft", TASKS[a.task].sft_config, f"runner.seed={seed}", f"runner.experiment_name={sft}",
                                    f"runner.max_steps={a.sft_steps}", f"runner.val_check_interval={a.sft_steps}",
                                    f"algorithm.eval_rollout_epoch={a.eval_epochs}", cwd=work, log=logs / f"{sft}.log")
         out["time_s"]["export"] = cli("export", f"runs/{sft}", f"models/{sft}", cwd=work, log=logs / f"export_s{seed}.log")
@@ -105,10 +127,11 @@ def run_rl(algo: str, out: dict, a: argparse.Namespace, work: Path) -> None:
     train_envs = (1 if a.minimal else a.train_envs) * eval_envs
     batch = train_envs * CHUNK_STEPS * a.rollout_epochs
     name = f"{algo}_s{seed}"
-    per_algo = ([f"algorithm.update_epoch={a.ppo_update_epochs}", f"runner.critic_warmup={0 if a.minimal else a.critic_warmup}"]
-                if algo == "ppo" else [])
+    task = TASKS[a.task]
+    per_algo = ([f"algorithm.update_epoch={a.ppo_update_epochs}", f"runner.critic_warmup={0 if a.minimal else a.critic_warmup}",
+                 f"actor.model.privileged_state_dim={task.privileged_state_dim}"] if algo == "ppo" else [])
     out["time_s"][algo] = cli(
-        "train", RL_CONFIGS[algo], f"actor.model.model_path=models/sft_s{seed}", "actor.model.create_preset=null", *PUSH,
+        "train", RL_CONFIGS[algo], f"actor.model.model_path=models/sft_s{seed}", "actor.model.create_preset=null", *task.rl_overrides,
         f"runner.seed={seed}", f"runner.max_steps={a.rl_steps}", "runner.val_before_train=true",
         f"runner.val_check_interval={a.eval_every}", f"env.train.total_num_envs={train_envs}",
         f"algorithm.rollout_epoch={a.rollout_epochs}", f"actor.optim.lr={a.grpo_lr if algo == 'grpo' else a.rl_lr}",
@@ -200,10 +223,11 @@ def plot(results: list[dict], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, default=Path("runs/learning"), help="working directory (demos/, models/, runs/ are made in it)")
+    p.add_argument("--task", choices=list(TASKS), default="push_cube")
+    p.add_argument("--out", type=Path, default=None, help="working directory (demos/, models/, runs/ are made in it); default runs/learning_TASK")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--demos", type=int, default=100, help="expert demonstrations (PushCube-v1)")
-    p.add_argument("--sft-steps", type=int, default=300, help="SFT optimizer steps of 64 samples")
+    p.add_argument("--demos", type=int, default=None, help="expert demonstrations (default: the task's, 100 PushCube, 200 PickCube)")
+    p.add_argument("--sft-steps", type=int, default=None, help="SFT optimizer steps of 64 samples (default: the task's, 300 PushCube, 1000 PickCube)")
     p.add_argument("--rl-steps", type=int, default=30, help="PPO / GRPO training steps")
     p.add_argument("--rl-lr", type=float, default=2e-4, help="policy learning rate of PPO")
     p.add_argument("--grpo-lr", type=float, default=1e-4, help="policy learning rate of GRPO")
@@ -218,14 +242,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--algos", nargs="+", choices=list(RL_CONFIGS), default=list(RL_CONFIGS), help="RL phases to run from the SFT policy")
     p.add_argument("--minimal", action="store_true", help="2 demos, 1 SFT epoch, 1 RL step, 1 eval epoch: the code path only")
     a = p.parse_args(argv)
+    task = TASKS[a.task]
+    a.out = a.out or Path(f"runs/learning_{a.task}")
+    a.demos = task.demos if a.demos is None else a.demos
+    a.sft_steps = task.sft_steps if a.sft_steps is None else a.sft_steps
     if a.minimal:
         a.demos, a.sft_steps, a.rl_steps, a.eval_every, a.eval_epochs, a.rollout_epochs, a.minibatches = 2, 1, 1, 1, 1, 1, 1
     work = a.out.resolve()
     (work / "logs").mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     demo_s = 0.0
-    if not (work / "demos" / "push_cube_64").is_dir():
-        demo_s = cli("demos", "maniskill_sft_tiny", "--num-demos", str(a.demos), "--out", "demos/push_cube_64", "--quiet",
+    if not (work / task.demo_dir).is_dir():
+        demo_s = cli("demos", task.sft_config, "--num-demos", str(a.demos), "--out", task.demo_dir, "--quiet",
                      cwd=work, log=work / "logs" / "demos.log")
     def save() -> None:
         (work / "results.json").write_text(json.dumps({"args": {k: str(v) for k, v in vars(a).items()}, "results": results}, indent=1))
