@@ -51,7 +51,7 @@ TASKS = {
     "push_cube": Task("maniskill_sft_tiny", "demos/push_cube_64", 100, 300, 36,
                       ("env.train=maniskill_push_cube", "env.eval=maniskill_push_cube")),
     # The policy reads the hidden goal from its 12-D state (proprio token), as in its SFT config.
-    "pick_cube": Task("maniskill_sft_pick_cube_tiny", "demos/pick_cube_64", 200, 1000, 43,
+    "pick_cube": Task("maniskill_sft_pick_cube_tiny", "demos/pick_cube_64", 200, 3000, 43,
                       ("env.train=maniskill_pick_cube", "env.eval=maniskill_pick_cube", "actor.model.use_proprio=true",
                        "actor.model.proprio_dim=12")),
 }
@@ -227,8 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="working directory (demos/, models/, runs/ are made in it); default runs/learning_TASK")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--demos", type=int, default=None, help="expert demonstrations (default: the task's, 100 PushCube, 200 PickCube)")
-    p.add_argument("--sft-steps", type=int, default=None, help="SFT optimizer steps of 64 samples (default: the task's, 300 PushCube, 1000 PickCube)")
-    p.add_argument("--rl-steps", type=int, default=30, help="PPO / GRPO training steps")
+    p.add_argument("--sft-steps", type=int, default=None, help="SFT optimizer steps of 64 samples (default: the task's, 300 PushCube, 3000 PickCube)")
+    p.add_argument("--rl-steps", type=int, default=50, help="PPO / GRPO training steps")
     p.add_argument("--rl-lr", type=float, default=2e-4, help="policy learning rate of PPO")
     p.add_argument("--grpo-lr", type=float, default=1e-4, help="policy learning rate of GRPO")
     p.add_argument("--reuse-sft", action="store_true", help="take each seed's SFT run and export from --out when they exist (same SFT settings)")
