@@ -124,7 +124,8 @@ def run_rl(algo: str, out: dict, a: argparse.Namespace, work: Path) -> None:
     # --train-envs per eval sub-env, --rollout-epochs per step (64 episodes per update by default:
     # 16 per update left PPO's advantages and its critic too noisy to move the policy), split
     # into --minibatches optimizer steps per update epoch.
-    train_envs = (1 if a.minimal else a.train_envs) * eval_envs
+    # --minimal: as few as fit; GRPO's groups of 4 must fill each env stage (4 per eval sub-env)
+    train_envs = (1 if a.minimal and algo == "ppo" else a.train_envs) * eval_envs
     batch = train_envs * CHUNK_STEPS * a.rollout_epochs
     name = f"{algo}_s{seed}"
     task = TASKS[a.task]
