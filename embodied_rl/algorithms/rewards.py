@@ -13,7 +13,8 @@ from torch import Tensor
 from embodied_rl.algorithms.masks import masked_mean, masked_var
 
 
-def merge_moments(count, mean, var, b_count, b_mean, b_var):
+def merge_moments(count: float | Tensor, mean: float | Tensor, var: float | Tensor, b_count: float,
+                  b_mean: float | Tensor, b_var: float | Tensor) -> tuple:
     """(count, mean, variance) of two sample sets merged from their own (Chan et al.'s parallel
     update); floats or tensors (per-feature moments) alike. count 0 takes the batch's moments."""
     total = count + b_count
