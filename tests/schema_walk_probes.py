@@ -299,3 +299,8 @@ def relatedness(key: Leaf, switch: Leaf, value: Any) -> int:
     mine = tokens(key.path.rsplit(".", 1)[-1]) | tokens(key.help)
     theirs = tokens(switch.path.rsplit(".", 1)[-1]) | tokens(str(value))
     return len(mine & theirs) + 3 * len(tokens(key.path.rsplit(".", 1)[-1]) & theirs)
+
+
+def shares_name(key: Leaf, switch: Leaf) -> bool:
+    """The switch's name and the key's share a word (is_lora and lora_rank): likely its gate."""
+    return bool(tokens(key.path.rsplit(".", 1)[-1]) & tokens(switch.path.rsplit(".", 1)[-1]))

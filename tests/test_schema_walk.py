@@ -76,9 +76,8 @@ import itertools
 import os
 import re
 import shutil
-import threading
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -103,8 +102,10 @@ from tests.schema_walk_probes import (
     relatedness,
     run_probe,
     schema_leaves,
+    shares_name,
     try_load,
 )
+from tests.shared_simulators import cached_simulators
 from tests.wandb_support import wandb_runs
 
 pytestmark = [pytest.mark.slow, pytest.mark.maniskill, pytest.mark.libero]
@@ -627,6 +628,8 @@ def section_of(path: str) -> str:
 # The other experiment configs are contexts too (e.g. GRPO settings span several sections).
 OTHER_EXPERIMENTS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "configs").glob("*.yaml") if p.stem != BASE)
 MODES = ("train", "eval")
+# Switches named like a key (is_lora for lora_rank) tried before the other experiments.
+MAX_NAMED_SWITCHES = 2
 # Set in every env mode that runs the simulator, whichever env config the context picked: small
 # images, and settings that let train and eval share one simulator.
 SIM_SETTINGS: dict[str, dict[str, Any]] = {
@@ -750,8 +753,10 @@ class Walker:
         return (f"@{SIM_BASE[leaf.sim]}",)
 
     def contexts(self, leaf: Leaf) -> list[tuple[tuple[str, ...], str | None]]:
-        """(overrides, switch key) to try: the walk base, the world's contexts, the other
-        experiments (in the key's simulator), then the most related switches of its section."""
+        """(overrides, switch key) to try: the walk base, the world's contexts, the switches of
+        the key's section named like it (lora_rank: is_lora), the other experiments (in the key's
+        simulator), then the other switches of its section, most related first. Named switches
+        go before the experiments so adding a config never pushes them past the budget."""
         base_ctx = self.base_context(leaf)
         base_cfg = load_in(base_ctx)
         assert not isinstance(base_cfg, Outcome), f"the walk base of {leaf.path} does not load: {base_cfg.summary}"
@@ -759,21 +764,24 @@ class Walker:
         out += [(base_ctx + w, w[0].split("=")[0]) for p in route(leaf.path) for w in WORLD_CONTEXTS.get(p, [])]
         section, sim = section_of(leaf.path), self.sim_of(leaf)
         mode = section.split(".")[1] if section.startswith("env.") else "train"
-        for name in [BASE, *OTHER_EXPERIMENTS]:
-            ctx = () if name == BASE else (f"@{name}",)
-            if ctx != base_ctx and (not section.startswith("env.") or _env_type(ctx, mode) == sim):
-                out.append((ctx, None))
         scored = []
         for sw in self.leaves:
             if sw.path == leaf.path or section_of(sw.path) != section or sw.sim not in (None, sim):
                 continue
             for value in candidates(sw, get_path(base_cfg, sw.path)):
                 score = relatedness(leaf, sw, value) + is_switch(sw)
-                scored.append((-score, sw.path, value, sw))
+                scored.append((-score, sw.path, value, is_switch(sw) and shares_name(leaf, sw)))
         scored.sort(key=lambda s: (s[0], s[1]))
+        switches = [(is_named, ((*base_ctx, override(path, value, present(base_ctx, path))), path))
+                    for _, path, value, is_named in scored]
+        named = [ctx for is_named, ctx in switches if is_named][:MAX_NAMED_SWITCHES]
+        out += named
+        for name in [BASE, *OTHER_EXPERIMENTS]:
+            ctx = () if name == BASE else (f"@{name}",)
+            if ctx != base_ctx and (not section.startswith("env.") or _env_type(ctx, mode) == sim):
+                out.append((ctx, None))
+        out += [ctx for _, ctx in switches if ctx not in named]
         budget = max(MAX_CONTEXTS[p] for p in route(leaf.path))
-        for _, path, value, _sw in scored[:budget]:
-            out.append(((*base_ctx, override(path, value, present(base_ctx, path))), path))
         return out[: budget + 1]
 
     def judge(self, leaf: Leaf) -> Verdict:
@@ -860,97 +868,10 @@ def walk_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def shared_simulators():
-    """Cache real simulator backends by what their constructor reads (see the module docstring)."""
-    from embodied_rl.envs import backend as registry
-
-    registry.available_simulators()  # imports the built-in backends
-    real = dict(registry._SIMULATORS)
-    cache: OrderedDict[str, Any] = OrderedDict()
-    wrapped = {name: _caching_backend(name, cls, cache) for name, cls in real.items()}
-    registry._SIMULATORS.update(wrapped)
-    yield cache
-    shutdown_ray()
-    registry._SIMULATORS.update(real)
-    _FAILED.clear()
-    for b in cache.values():
-        b.close()
-
-
-# Memory of the simulators kept alive, in GB per sub-env process by simulator (measured RSS);
-# the least recently used simulators go first.
-MAX_SIM_GB = 8
-SIM_PROCESS_GB = {"libero": 2}
-
-
-_CACHE_LOCK = threading.Lock()
-_FAILED: dict[str, Exception] = {}
-
-
-def _caching_backend(name: str, real_cls: type, cache: OrderedDict[str, Any]) -> type:
-    from embodied_rl.envs.backend import SimulatorBackend
-
-    class Shared(SimulatorBackend):
-        params_cls = real_cls.params_cls
-
-        def __init__(self, cfg, params, num_envs: int, *, seed: int) -> None:
-            key = repr((real_cls.__name__, dataclasses.asdict(params), cfg.task_description,
-                        dataclasses.asdict(cfg.subproc), num_envs, seed))
-            with _CACHE_LOCK:  # the first simulator is built in the background
-                if key in _FAILED:  # the same inputs fail the same way: not built again
-                    raise _FAILED[key]
-                if key not in cache:
-                    gb = num_envs * SIM_PROCESS_GB.get(name, 1)
-                    while cache and sum(b.walk_gb for b in cache.values()) + gb > MAX_SIM_GB:
-                        cache.popitem(last=False)[1].close()
-                    try:
-                        cache[key] = real_cls(cfg, params, num_envs, seed=seed)
-                    except Exception as err:
-                        _FAILED[key] = err
-                        raise
-                    cache[key].walk_gb = gb
-                cache.move_to_end(key)
-                self.key, self.inner, self.num_envs = key, cache[key], num_envs
-
-        def _guard(self, fn, *args):
-            try:
-                return fn(*args)
-            except BaseException:  # a broken simulator is rebuilt on next use
-                with _CACHE_LOCK:
-                    cache.pop(self.key, None)
-                self.inner.close()
-                raise
-
-        def reset(self, env_ids, reset_ids):
-            return self._guard(self.inner.reset, env_ids, reset_ids)
-
-        def step(self, actions, env_ids=None, render=True):
-            return self._guard(self.inner.step, actions, env_ids, render)
-
-        @property
-        def renders_on_demand(self) -> bool:
-            return self.inner.renders_on_demand
-
-        def observe(self, env_ids):
-            return self._guard(self.inner.observe, env_ids)
-
-        @property
-        def action_dim(self) -> int:
-            return self.inner.action_dim
-
-        def num_reset_ids(self):
-            return self.inner.num_reset_ids()
-
-        @classmethod
-        def reset_id_space(cls, params, split: str):
-            return real_cls.reset_id_space(params, split)
-
-        def task_of(self, env_index: int):
-            return self.inner.task_of(env_index)
-
-        def close(self) -> None:  # shared: closed when the walk ends
-            pass
-
-    return Shared
+    """Real simulator backends cached by what their constructor reads (see the module docstring)."""
+    with cached_simulators() as cache:
+        yield cache
+        shutdown_ray()
 
 
 def walk_order(leaves: list[Leaf]) -> list[Leaf]:

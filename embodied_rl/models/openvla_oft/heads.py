@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from embodied_rl.algorithms.rewards import merge_moments
+from embodied_rl.moments import merge_moments
 
 
 class PrismaticProjector(nn.Module):
