@@ -3,11 +3,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from embodied_rl.distributed.shm import SHM_DIR
+from embodied_rl.runtime.groups import RUN_TAG, RUN_TAG_CHARS
 
 # A 3-step PPO run on PickCube at 64 px (2 actor ranks, 2 env workers, 1 rollout worker, a
 # checkpoint every step): the run the fault and leak tests interrupt. Format with out, model
@@ -115,3 +119,57 @@ def block_diff(a, b) -> float:
     h, w = a.shape[0] // BLOCK * BLOCK, a.shape[1] // BLOCK * BLOCK
     means = [x[:h, :w].reshape(h // BLOCK, BLOCK, w // BLOCK, BLOCK, 3).mean(axis=(1, 3)) for x in (a, b)]
     return float(abs(means[0] - means[1]).max())
+
+
+# ----------------------------------------------------------------------------- what a run leaves
+
+SETTLE_S = 20.0  # Ray's daemons exit asynchronously after ray.shutdown()
+SESSION = re.compile(r"ray session: (\S+)")
+
+
+def _processes() -> dict[int, tuple[int, str, list[bytes]]]:
+    """pid -> (parent pid, command line, environment) of every live, non-zombie process."""
+    out = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z":
+            out[int(proc.name)] = (int(fields[1]), cmdline, environ)
+    return out
+
+
+def run_processes(run_name: str, session_dir: str) -> list[str]:
+    """Processes of one run: its workers (they carry the run tag, and so do their simulator
+    subprocesses), its Ray daemons (their command lines name the run's session directory) and
+    whatever those started (Ray's agents retitle themselves)."""
+    tag = f"{RUN_TAG}={run_name[:RUN_TAG_CHARS]}-".encode()
+    procs = _processes()
+    ours = {pid for pid, (_, cmd, env) in procs.items()
+            if any(e.startswith(tag) for e in env) or (session_dir and session_dir in cmd)}
+    grew = True
+    while grew:
+        children = {pid for pid, (ppid, _, _) in procs.items() if ppid in ours} - ours
+        ours |= children
+        grew = bool(children)
+    return [f"{pid}: {procs[pid][1][:120]}" for pid in sorted(ours)]
+
+
+def leftovers(run_name: str, output: str, shm_before: set[str]) -> tuple[list[str], list[str]]:
+    """(processes of the run still alive, shared-memory segments it left), after a settling time."""
+    session = SESSION.search(output)
+    assert session, "the run did not report its Ray session"
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        left = run_processes(run_name, session.group(1))
+        # Any new segment counts, except the channel segments of other runs ("erl.<run tag>.")
+        segments = sorted(n for n in set(os.listdir(SHM_DIR)) - shm_before
+                          if not n.startswith("erl.") or n.startswith(f"erl.{run_name[:RUN_TAG_CHARS]}-"))
+        if (not left and not segments) or time.monotonic() > deadline:
+            return left, segments
+        time.sleep(0.5)

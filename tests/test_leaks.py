@@ -2,31 +2,34 @@
 process of its own (Ray's gcs/raylet/dashboard started for it, its worker processes, their
 simulator subprocesses), counted after the CLI process has exited.
 
-The four endings: a normal end; Ctrl-C (SIGINT to the CLI's whole process group, as a terminal
+The endings here: Ctrl-C (SIGINT to the CLI's whole process group, as a terminal
 sends it): exit 130 after the step finished and was saved; a worker SIGKILLed with
 `runner.max_restarts=0`: exit 1 with one line that says how to resume; a start that fails inside
 a worker (a robot the simulator does not know, which only the simulator can tell): exit 1 with
-one line, within seconds rather than a channel timeout.
+one line, within seconds rather than a channel timeout. A normal end is checked after the run of
+tests/test_recovery.py, which also restarts its workers three times.
 """
 from __future__ import annotations
 
 import os
-import re
 import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from embodied_rl.distributed.shm import SHM_DIR
-from embodied_rl.runtime.groups import RUN_TAG, RUN_TAG_CHARS, run_worker_pids
-from tests.cli_runs import SMALL_PPO, start_cli, wait_for_checkpoint
+from embodied_rl.runtime.groups import run_worker_pids
+from tests.cli_runs import (
+    SESSION,
+    SMALL_PPO,
+    leftovers,
+    run_processes,
+    start_cli,
+    wait_for_checkpoint,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.maniskill]
-
-SETTLE_S = 20.0  # Ray's daemons exit asynchronously after ray.shutdown()
-SESSION = re.compile(r"ray session: (\S+)")
 
 
 @pytest.fixture(scope="module")
@@ -36,67 +39,13 @@ def workdir(tmp_path_factory) -> Path:
     return root
 
 
-def _processes() -> dict[int, tuple[int, str, list[bytes]]]:
-    """pid -> (parent pid, command line, environment) of every live, non-zombie process."""
-    out = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            environ = (proc / "environ").read_bytes().split(b"\0")
-        except (OSError, IndexError):
-            continue
-        if fields[0] != "Z":
-            out[int(proc.name)] = (int(fields[1]), cmdline, environ)
-    return out
-
-
-def _run_processes(run_name: str, session_dir: str) -> list[str]:
-    """Processes of one run: its workers (they carry the run tag, and so do their simulator
-    subprocesses), its Ray daemons (their command lines name the run's session directory) and
-    whatever those started (Ray's agents retitle themselves)."""
-    tag = f"{RUN_TAG}={run_name[:RUN_TAG_CHARS]}-".encode()
-    procs = _processes()
-    ours = {pid for pid, (_, cmd, env) in procs.items()
-            if any(e.startswith(tag) for e in env) or (session_dir and session_dir in cmd)}
-    grew = True
-    while grew:
-        children = {pid for pid, (ppid, _, _) in procs.items() if ppid in ours} - ours
-        ours |= children
-        grew = bool(children)
-    return [f"{pid}: {procs[pid][1][:120]}" for pid in sorted(ours)]
-
-
-def _leftovers(run_name: str, output: str, shm_before: set[str]) -> tuple[list[str], list[str]]:
-    """(processes of the run still alive, shared-memory segments it left), after a settling time."""
-    session = SESSION.search(output)
-    assert session, "the run did not report its Ray session"
-    deadline = time.monotonic() + SETTLE_S
-    while True:
-        left = _run_processes(run_name, session.group(1))
-        # Any new segment counts, except the channel segments of other runs ("erl.<run tag>.")
-        segments = sorted(n for n in set(os.listdir(SHM_DIR)) - shm_before
-                          if not n.startswith("erl.") or n.startswith(f"erl.{run_name[:RUN_TAG_CHARS]}-"))
-        if (not left and not segments) or time.monotonic() > deadline:
-            return left, segments
-        time.sleep(0.5)
-
-
-def _normal(proc, run: Path) -> str:
-    out, _ = proc.communicate(timeout=900)
-    assert proc.returncode == 0, out[-3000:]
-    return out
-
-
 def _ctrl_c(proc, run: Path) -> str:
     wait_for_checkpoint(proc, run, 1)
     head = ""
     while not SESSION.search(head):
         head += proc.stdout.readline()
     # The finder sees the live run: its Ray daemons, its workers and their simulator processes.
-    alive = "\n".join(_run_processes(run.name, SESSION.search(head).group(1)))
+    alive = "\n".join(run_processes(run.name, SESSION.search(head).group(1)))
     for part in ("gcs_server", "raylet", "ray::EnvWorker", "ray::ActorWorker", "multiprocessing"):
         assert part in alive, f"{part} not among the run's processes:\n{alive}"
     os.killpg(proc.pid, signal.SIGINT)
@@ -130,7 +79,6 @@ def _failed_start(proc, run: Path) -> str:
 
 
 ENDINGS: dict[str, tuple[tuple[str, ...], Callable[..., str]]] = {
-    "normal": (("runner.max_steps=1",), _normal),
     "ctrl_c": ((), _ctrl_c),
     "killed_worker": ((), _killed_worker),
     "failed_start": (("+env.train.init_params.robot_uids=no_such_robot",), _failed_start),
@@ -148,6 +96,6 @@ def test_run_leaves_no_processes_or_shared_memory(workdir: Path, ending: str):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    left, segments = _leftovers(name, output, shm_before)
+    left, segments = leftovers(name, output, shm_before)
     assert not left, f"processes left after the {ending} ending: {left}"
     assert not segments, f"shared-memory segments left after the {ending} ending: {segments}"
