@@ -296,11 +296,16 @@ def tokens(text: str) -> set[str]:
 
 def relatedness(key: Leaf, switch: Leaf, value: Any) -> int:
     """How strongly a switch setting is tied to a key by name, value and help (for ordering only)."""
-    mine = tokens(key.path.rsplit(".", 1)[-1]) | tokens(key.help)
-    theirs = tokens(switch.path.rsplit(".", 1)[-1]) | tokens(str(value))
-    return len(mine & theirs) + 3 * len(tokens(key.path.rsplit(".", 1)[-1]) & theirs)
+    mine = name_tokens(key) | tokens(key.help)
+    theirs = name_tokens(switch) | tokens(str(value))
+    return len(mine & theirs) + 3 * len(name_tokens(key) & theirs)
+
+
+def name_tokens(leaf: Leaf) -> set[str]:
+    """Words of the key's last path part (lora_rank: {lora, rank})."""
+    return tokens(leaf.path.rsplit(".", 1)[-1])
 
 
 def shares_name(key: Leaf, switch: Leaf) -> bool:
     """The switch's name and the key's share a word (is_lora and lora_rank): likely its gate."""
-    return bool(tokens(key.path.rsplit(".", 1)[-1]) & tokens(switch.path.rsplit(".", 1)[-1]))
+    return bool(name_tokens(key) & name_tokens(switch))

@@ -772,15 +772,14 @@ class Walker:
                 score = relatedness(leaf, sw, value) + is_switch(sw)
                 scored.append((-score, sw.path, value, is_switch(sw) and shares_name(leaf, sw)))
         scored.sort(key=lambda s: (s[0], s[1]))
-        switches = [(is_named, ((*base_ctx, override(path, value, present(base_ctx, path))), path))
-                    for _, path, value, is_named in scored]
-        named = [ctx for is_named, ctx in switches if is_named][:MAX_NAMED_SWITCHES]
+        switches = [((*base_ctx, override(path, value, present(base_ctx, path))), path) for _, path, value, _ in scored]
+        named = [ctx for ctx, (*_, is_named) in zip(switches, scored) if is_named][:MAX_NAMED_SWITCHES]
         out += named
         for name in [BASE, *OTHER_EXPERIMENTS]:
             ctx = () if name == BASE else (f"@{name}",)
             if ctx != base_ctx and (not section.startswith("env.") or _env_type(ctx, mode) == sim):
                 out.append((ctx, None))
-        out += [ctx for _, ctx in switches if ctx not in named]
+        out += [ctx for ctx in switches if ctx not in named]
         budget = max(MAX_CONTEXTS[p] for p in route(leaf.path))
         return out[: budget + 1]
 
