@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "embodied_rl"
 #: Lowest first. Top-level modules are named without `.py`; `__init__` is the package root.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("_compat", "errors", "types"),
-    ("__init__", "registry", "process_env", "timing"),
+    ("__init__", "registry", "process_env", "timing", "moments"),
     ("distributed",),
     ("config",),
     ("algorithms", "envs", "evaluation"),
