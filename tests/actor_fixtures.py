@@ -71,6 +71,8 @@ def make_rollout_batch(cfg, seed: int = 0) -> dict:
         states=rng.standard_normal((T * N, 8)).astype(np.float32),
         task_descriptions=["pick up the cube"] * (T * N),
     )
+    if cfg.actor.model.value_input == "privileged_state":
+        obs.privileged_states = rng.standard_normal((T * N, cfg.actor.model.privileged_state_dim)).astype(np.float32)
     with torch.no_grad():
         inputs = policy.prepare_inputs(obs)
         out = policy.predict(inputs, do_sample=True, temperature=1.0, top_k=0, compute_values=True, generator=gen)

@@ -178,3 +178,42 @@ def test_fsdp_config_keys_take_effect(actor_hosts, model_dir, overrides, expect)
         assert f["reduce_dtype"] == torch.float32
         assert {k: f[k] for k in expect} == expect
         assert f["buffer_dtypes"] == {torch.float32}  # RoPE frequencies stay fp32 whatever param_dtype is
+
+
+PRIVILEGED = ("actor.model.value_input=privileged_state", "actor.model.privileged_state_dim=6",
+              "+env.train.init_params.privileged_state=true")
+
+
+def test_critic_replay_fits_the_value_head_to_the_last_steps_and_travels_in_checkpoints(actor_hosts, model_dir, tmp_path):
+    cfg = actor_config(model_dir, *PRIVILEGED, "algorithm.critic_replay_steps=2")
+    batches = [make_rollout_batch(cfg, seed=s) for s in range(4)]
+    with ActorGroup(actor_hosts, cfg, 2) as group:
+        metrics = [group.call("train_step", b)[0] for b in batches[:3]]
+        group.call("save_checkpoint", str(tmp_path / "actor"))
+        kept = group.run(lambda w: w.value_replay.state_dict())
+        last = group.call("train_step", batches[3])[0]
+        after = group.call("get_trainable_state_dict")[0][0]
+    # this step's batch and at most the 2 before it, 16 samples each
+    assert [m["train/critic/replay_samples"] for m in metrics + [last]] == [16.0, 32.0, 48.0, 48.0]
+    assert all(math.isfinite(m["train/critic/replay_value_loss"]) for m in metrics)
+    assert len(kept[0]) == 3 and all(torch.equal(a[k], b[k]) for a, b in zip(*kept) for k in a)  # both ranks keep the same
+    # Resumed on one rank, the kept samples come back and the next step repeats the two-rank one.
+    with ActorGroup(actor_hosts, cfg, 1) as group:
+        group.call("load_checkpoint", str(tmp_path / "actor"))
+        restored = group.run(lambda w: w.value_replay.state_dict())[0]
+        resumed = group.call("train_step", batches[3])[0]
+        after_resumed = group.call("get_trainable_state_dict")[0][0]
+    assert all(torch.equal(a[k], b[k]) for a, b in zip(kept[0], restored) for k in a)
+    assert resumed["train/critic/replay_value_loss"] == pytest.approx(last["train/critic/replay_value_loss"], rel=1e-4)
+    for k, v in after.items():
+        torch.testing.assert_close(after_resumed[k], v, rtol=1e-4, atol=1e-6, msg=k)
+
+
+def test_critic_replay_moves_the_value_head_only(actor_hosts, model_dir):
+    plain = actor_config(model_dir, *PRIVILEGED)
+    batch = make_rollout_batch(plain)
+    _, without, _ = train_once(actor_hosts, plain, 1, batch)
+    _, with_replay, metrics = train_once(actor_hosts, actor_config(model_dir, *PRIVILEGED, "algorithm.critic_replay_steps=1"), 1, batch)
+    changed = {k for k in without if not torch.equal(without[k], with_replay[k])}
+    assert changed and all(k.startswith("value_head.") for k in changed), sorted(changed)[:5]
+    assert "train/critic/replay_value_loss" in metrics and "train/critic/replay_value_loss" not in train_once(actor_hosts, plain, 1, batch)[2]

@@ -124,6 +124,9 @@ PRIV = ["actor.model.value_input=privileged_state", "actor.model.privileged_stat
     ("maniskill_ppo_tiny", ["actor.model.value_input=privileged"], "actor.model.value_input: got 'privileged'"),
     ("maniskill_ppo_tiny", ["actor.model.value_input=privileged_state"], "actor.model.privileged_state_dim: value_input=privileged_state needs"),
     ("maniskill_grpo_tiny", PRIV, "configures a critic this run does not train"),
+    ("maniskill_ppo_tiny", ["algorithm.critic_replay_steps=2"], "algorithm.critic_replay_steps=2 replays the privileged critic's inputs"),
+    ("maniskill_ppo_tiny", ["algorithm.critic_replay_steps=-1"], "algorithm.critic_replay_steps=-1 must be >= 0"),
+    ("maniskill_grpo_tiny", ["algorithm.critic_replay_steps=2"], "adv_type=grpo has no critic; set it to 0"),
     ("libero_grpo_tiny", [*PRIV, "algorithm.adv_type=gae", "algorithm.group_size=1", "actor.model.add_value_head=true",
                           "actor.model.value_type=chunk_level"], "has no privileged state; use actor.model.value_input=hidden"),
 ])

@@ -61,6 +61,13 @@ def value_loss(
     return torch.maximum(loss, loss_clipped), loss_clipped > loss
 
 
+def fit_value_loss(values: Tensor, returns: Tensor, mask: Tensor, huber_delta: float | None) -> Tensor:
+    """Masked mean value loss without clipping (there are no rollout values to clip to), for a
+    value-only pass: values, returns [B, K], mask bool [B, K] -> scalar."""
+    loss, _ = value_loss(values, values.detach(), returns, None, huber_delta)
+    return masked_mean(loss, mask)
+
+
 def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> float:
     """1 - Var[returns - values] / Var[returns] over valid entries (nan if returns are constant)."""
     def var(x: Tensor) -> Tensor:

@@ -45,6 +45,9 @@ def _privileged_state(cfg: RootConfig) -> None:
     if m.value_input == "privileged_state" and not wants:
         raise ConfigError("actor.model.value_input=privileged_state configures a critic this run does not train "
                           "(it needs add_value_head, RL training and adv_type gae or bi_level_gae); set value_input=hidden")
+    if cfg.algorithm.critic_replay_steps and not wants:
+        raise ConfigError(f"algorithm.critic_replay_steps={cfg.algorithm.critic_replay_steps} replays the privileged critic's inputs; "
+                          "set actor.model.value_input=privileged_state or critic_replay_steps=0")
     for mode in used_modes(cfg):
         env = getattr(cfg.env, mode)
         has = bool(env.init_params.get("privileged_state", False))

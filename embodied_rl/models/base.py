@@ -66,12 +66,22 @@ class BasePolicy(nn.Module):
         return self(inputs, mode="evaluate", action_tokens=action_tokens, temperature=temperature, top_k=top_k,
                     compute_values=compute_values)
 
+    def state_values(self, privileged: torch.Tensor) -> torch.Tensor:
+        """An asymmetric critic's values float [B, 1|C] from privileged states [B, P] alone, with
+        gradients; through forward() so a sharded (FSDP) policy gathers the value head's weights."""
+        return self({"privileged": privileged}, mode="state_values")
+
     def forward(self, inputs: dict[str, torch.Tensor], mode: str = "evaluate", **kwargs: Any) -> Any:
         if mode == "predict":
             return self._predict(inputs, **kwargs)
         if mode == "evaluate":
             return self._evaluate(inputs, **kwargs)
-        raise ValueError(f"unknown policy forward mode {mode!r}: expected 'predict' or 'evaluate'")
+        if mode == "state_values":
+            return self._state_values(inputs)
+        raise ValueError(f"unknown policy forward mode {mode!r}: expected 'predict', 'evaluate' or 'state_values'")
+
+    def _state_values(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        raise NotImplementedError(f"{type(self).__name__} has no critic on the privileged state")
 
     @abstractmethod
     def _predict(self, inputs: dict[str, torch.Tensor], **kwargs: Any) -> PolicyOutput: ...

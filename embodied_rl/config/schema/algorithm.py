@@ -67,6 +67,7 @@ class AlgorithmConfig:
     value_loss_coef: float = field(default=1.0, metadata={"help": "Coefficient of the value loss (gae, bi_level_gae)."})
     value_clip: float | None = field(default=0.2, metadata={"help": "Clip new values to old_values +- x and take the larger loss (PPO value clipping); null = off."})
     huber_delta: float | None = field(default=None, metadata={"help": "Huber loss with this delta for the value loss; null = 0.5 * squared error."})
+    critic_replay_steps: int = field(default=0, metadata={"help": "After each training step's updates, one value-only pass over the critic's samples (privileged state, return) of this step and the N steps before it, which the actor keeps and checkpoints: one batch shows each initial state once, too few to learn how it decides the return; 0 = fit the current batch only. Needs actor.model.value_input=privileged_state."})
     # --- consumed by the runtime / rollout (see RUNTIME_KEYS) ----------------------------
     update_epoch: int = field(default=1, metadata={"help": "Passes over the rollout batch per training step."})
     rollout_epoch: int = field(default=1, metadata={"help": "Rollout epochs collected per training step (concatenated along the env axis)."})
@@ -123,6 +124,10 @@ class AlgorithmConfig:
             raise ConfigError("algorithm.reward_scale and reward_shift are exclusive (both = no normalisation); set at most one")
         if self.reward_norm == "group" and self.group_size < 2:
             raise ConfigError("algorithm.reward_norm=group needs algorithm.group_size >= 2")
+        if self.critic_replay_steps < 0:
+            raise ConfigError(f"algorithm.critic_replay_steps={self.critic_replay_steps} must be >= 0 (0 = no replay)")
+        if self.critic_replay_steps and not self.uses_critic:
+            raise ConfigError(f"algorithm.critic_replay_steps={self.critic_replay_steps} replays value targets, but adv_type={self.adv_type} has no critic; set it to 0")
         if min(self.update_epoch, self.rollout_epoch, self.eval_rollout_epoch) < 1:
             raise ConfigError("algorithm.update_epoch, rollout_epoch and eval_rollout_epoch must be >= 1")
         if self.sampling_params.temperature_train <= 0 or self.sampling_params.temperature_eval <= 0:
@@ -150,6 +155,7 @@ RUNTIME_KEYS: dict[str, str] = {
     "rollout_epoch": "runtime rollout loop: rollout epochs per training step",
     "eval_rollout_epoch": "runtime evaluation: rollout epochs per evaluation",
     "sampling_params": "rollout/model: action-token sampling (do_sample, temperatures, top_k); runtime evaluation: eval_scoring",
+    "critic_replay_steps": "actor: value-only pass over the value targets of the last steps",
 }
 
 

@@ -199,13 +199,18 @@ class OpenVLAOFTPolicy(BasePolicy):
         """float [B, value_dim] from the readout hidden states [B, T, H] or the privileged state."""
         assert self.value_head is not None
         if self.model_cfg.value_input == "privileged_state":
-            if "privileged" not in inputs:
-                raise ConfigError("actor.model.value_input=privileged_state but the observation has no privileged state; "
-                                  "set env.train.init_params.privileged_state=true")
-            head_dtype = self.value_head.mlp[0].weight.dtype
-            return self.value_head(inputs["privileged"].to(hidden.device, head_dtype)).float()
+            return self._state_values(inputs)
         # The hidden state just before the first action slot (the '▁' token) summarises the observation.
         return self.value_head(hidden[:, 0]).float()
+
+    def _state_values(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.value_head is None or self.model_cfg.value_input != "privileged_state":
+            raise ConfigError("state values need the asymmetric critic: set actor.model.add_value_head=true and value_input=privileged_state")
+        if "privileged" not in inputs:
+            raise ConfigError("actor.model.value_input=privileged_state but the observation has no privileged state; "
+                              "set env.train.init_params.privileged_state=true")
+        weight = self.value_head.mlp[0].weight
+        return self.value_head(inputs["privileged"].to(weight.device, weight.dtype)).float()
 
     def _predict(self, inputs: dict[str, torch.Tensor], *, do_sample: bool, temperature: float, top_k: int,
                  compute_values: bool = True, generator: torch.Generator | None = None) -> PolicyOutput:

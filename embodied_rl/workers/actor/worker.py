@@ -31,6 +31,7 @@ from embodied_rl.algorithms import (
     compute_actor_critic_loss,
     compute_advantages,
 )
+from embodied_rl.algorithms.losses import fit_value_loss
 from embodied_rl.algorithms.sft import sft_loss
 from embodied_rl.distributed.rng import (
     capture_rng_state,
@@ -56,6 +57,7 @@ from embodied_rl.workers.actor.optim import (
     clip_gradients,
     clip_sets,
 )
+from embodied_rl.workers.actor.value_replay import ValueReplay
 from embodied_rl.workers.protocol import concat_trajectories
 
 log = logging.getLogger(__name__)
@@ -98,6 +100,8 @@ class ActorWorker:
         self.optimizer = build_optimizer(self.policy, a.optim)
         self.scheduler = build_scheduler(self.optimizer, a.optim, self.cfg.runner.max_steps)
         self._shuffle = torch.Generator().manual_seed(a.seed)
+        replay = self.cfg.algorithm.critic_replay_steps
+        self.value_replay = ValueReplay(replay) if replay else None
         trainable = sum(p.numel() for p in self.policy.parameters() if p.requires_grad)
         return {"rank": self.rank, "device": str(self.device), "backend": dist.get_backend(), "trainable_params": trainable}
 
@@ -125,7 +129,8 @@ class ActorWorker:
 
     def train_step(self, batch: dict) -> dict[str, float]:
         """`algorithm.update_epoch` passes over the batch, one optimizer step per global
-        minibatch, then one LR-scheduler step. Returns metrics averaged over all ranks."""
+        minibatch, then (with algorithm.critic_replay_steps) the critic's replay pass, then one
+        LR-scheduler step. Returns metrics averaged over all ranks."""
         self._require_setup()
         self.onload()
         algo, a = self.cfg.algorithm, self.cfg.actor
@@ -150,10 +155,11 @@ class ActorWorker:
                 n_steps += 1
                 skipped += not math.isfinite(norm)
                 grad_norm_sum += norm if math.isfinite(norm) else 0.0
+        replay = self._replay_values(flat) if self.value_replay is not None else {}
         self.scheduler.step()
         self.version += 1
         out = {f"train/{k}": v if _extreme(k) else v / n_micro for k, v in sums.items()}
-        out = self._reduce_over_ranks(out)
+        out = self._reduce_over_ranks({**out, **replay})
         out["train/actor/grad_norm"] = grad_norm_sum / max(1, n_steps - skipped)
         out["train/actor/nonfinite_grad_steps"] = float(skipped)
         out["train/actor/optimizer_steps"] = float(n_steps)
@@ -161,6 +167,24 @@ class ActorWorker:
             out["train/critic/lr" if group["name"] == "value_head" else "train/actor/lr"] = 0.0 if warmup and group["name"] != "value_head" else lr
         out["train/critic/warmup"] = float(warmup)
         return out
+
+    def _replay_values(self, flat: dict) -> dict[str, float]:
+        """One value-only pass over the critic's samples of this step and the kept earlier ones,
+        in global minibatches of the step's size (the same plan on every rank)."""
+        assert self.value_replay is not None
+        self.value_replay.add(flat)
+        data = self.value_replay.samples()
+        a, algo = self.cfg.actor, self.cfg.algorithm
+        loss_sum, n_micro = 0.0, 0
+        for micro_indices in minibatch_plan(len(data["returns"]), a.global_batch_size, a.micro_batch_size, self.rank,
+                                            self.world_size, self._shuffle):
+            for idx in micro_indices:
+                mb = _to_device({k: v[idx] for k, v in data.items()}, self.device)
+                loss = fit_value_loss(self.policy.state_values(mb["privileged"]), mb["returns"], mb["value_mask"].bool(), algo.huber_delta)
+                (algo.value_loss_coef * loss / len(micro_indices)).backward()
+                loss_sum, n_micro = loss_sum + loss.item(), n_micro + 1
+            self._clip_and_step(critic_only=True)
+        return {"train/critic/replay_value_loss": loss_sum / max(1, n_micro), "train/critic/replay_samples": float(len(data["returns"]))}
 
     def setup_sft(self, stats: dict) -> int:
         """Adopt the SFT statistics and tokenise the demos (every rank reads them itself, so
@@ -306,7 +330,8 @@ class ActorWorker:
             sched["lr_lambdas"] = [None] * len(sched["lr_lambdas"])
             torch.save({"version": self.version, "world_size": self.world_size, "scheduler": sched,
                         "shuffle": self._shuffle.get_state(), "rng": rngs,
-                        "sft_sampler": self.sft_sampler.state_dict() if self.sft_sampler else None}, out / STATE_FILE)
+                        "sft_sampler": self.sft_sampler.state_dict() if self.sft_sampler else None,
+                        "value_replay": self.value_replay.state_dict() if self.value_replay else None}, out / STATE_FILE)
         dist.barrier()
 
     def load_checkpoint(self, actor_dir: str) -> int:
@@ -327,6 +352,8 @@ class ActorWorker:
         self._shuffle.set_state(state["shuffle"])
         if self.sft_sampler is not None and state.get("sft_sampler") is not None:
             self.sft_sampler.load_state_dict(state["sft_sampler"])
+        if self.value_replay is not None:
+            self.value_replay.load_state_dict(state.get("value_replay") or [])
         self.version = int(state["version"])
         if state["world_size"] != self.world_size:
             log.warning("actor checkpoint was written by %d ranks, resuming on %d: per-rank RNG streams are reassigned",

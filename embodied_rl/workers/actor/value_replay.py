@@ -1,0 +1,39 @@
+"""The value targets of the last few training steps, for the asymmetric critic's replay pass.
+
+One batch of tens of episodes shows each initial state once: a critic fitted to it alone cannot
+learn how the initial state decides the return, which leaves that part of the return in the
+advantages. Its inputs (privileged states) are small, so the actor keeps the last steps'
+(state, return) pairs and fits the critic to all of them after each step's updates.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import torch
+from torch import Tensor
+
+KEYS = ("privileged", "returns", "value_mask")
+
+
+class ValueReplay:
+    """The (privileged state [M, P], return [M, Kv], value mask [M, Kv]) samples of the current
+    step and the `steps` before it, on CPU; a state_dict travels in the actor's checkpoint."""
+
+    def __init__(self, steps: int) -> None:
+        self.batches: deque[dict[str, Tensor]] = deque(maxlen=steps + 1)
+
+    def add(self, flat: dict) -> None:
+        """Keep a flattened actor batch's critic inputs and targets."""
+        sample = {"privileged": flat["forward_inputs"]["privileged"], "returns": flat["returns"], "value_mask": flat["value_mask"]}
+        self.batches.append({k: v.detach().cpu() for k, v in sample.items()})
+
+    def samples(self) -> dict[str, Tensor]:
+        """Every kept sample, oldest batch first."""
+        return {k: torch.cat([b[k] for b in self.batches]) for k in KEYS}
+
+    def state_dict(self) -> list[dict[str, Tensor]]:
+        return list(self.batches)
+
+    def load_state_dict(self, batches: list[dict[str, Tensor]]) -> None:
+        self.batches.clear()
+        self.batches.extend(batches)  # the deque keeps the newest `steps + 1`
