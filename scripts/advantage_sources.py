@@ -1,0 +1,108 @@
+"""Where a PPO run's advantages come from: the actions, or the initial states.
+
+Rolls a run's checkpoint (policy and critic) in its training env, in groups of sub-envs that
+share an initial state, computes the run's advantages with its own critic and reward
+statistics, and prints per chunk how advantages differ between successful and failed
+episodes, how well the critic's value of the first observation predicts the return, and which
+share of the variance of the first chunk's advantage, of the return and of success lies
+between initial states rather than within them. A share near 1 means the advantage mostly
+says "this start was easy", which a group baseline (GRPO) removes and a critic must learn.
+
+    python scripts/advantage_sources.py runs/NAME --step 10 --groups 32 --group-size 4 --envs 8
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+from safetensors.torch import load_file
+
+
+def between_state_share(x: torch.Tensor, group_size: int) -> float:
+    """Share of the variance of x [G * group_size] (consecutive groups share an initial state)
+    that lies between the groups' means."""
+    g = x.detach().double().reshape(-1, group_size)
+    return float(g.mean(1).var(unbiased=False) / g.var(unbiased=False))
+
+
+def corr(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(np.corrcoef(a.detach().double().numpy(), b.detach().double().numpy())[0, 1])
+
+
+def main() -> None:
+    from embodied_rl.algorithms import RunningRewardStats, compute_advantages
+    from embodied_rl.algorithms.estimators import group_normalized_scores
+    from embodied_rl.configure import config_from_dict
+    from embodied_rl.envs import make_env
+    from embodied_rl.models.rollout_backends import build_rollout_policy
+    from embodied_rl.process_env import configure_process_env
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("run", type=Path, help="a training run directory with checkpoints")
+    ap.add_argument("--step", type=int, required=True, help="checkpoint step")
+    ap.add_argument("--groups", type=int, default=32, help="initial states")
+    ap.add_argument("--group-size", type=int, default=4, help="episodes per initial state")
+    ap.add_argument("--envs", type=int, default=8, help="sub-envs (simulator processes) at once")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    configure_process_env()
+
+    ckpt = args.run / "checkpoints" / f"global_step_{args.step:08d}"
+    cfg = config_from_dict(OmegaConf.to_container(OmegaConf.load(ckpt / "config.yaml"), resolve=True), plan=False)
+    if not cfg.algorithm.uses_critic:
+        raise SystemExit(f"{ckpt}: adv_type={cfg.algorithm.adv_type} has no critic to examine")
+    if args.envs % args.group_size or (args.groups * args.group_size) % args.envs:
+        raise SystemExit("--envs must be a multiple of --group-size and divide --groups x --group-size")
+    policy = build_rollout_policy("huggingface", cfg.actor.model, device=torch.device("cpu"), init_seed=cfg.runner.seed)
+    policy.load_trainable_state_dict(load_file(str(ckpt / "actor" / "trainable.safetensors")))
+    env_cfg = dataclasses.replace(cfg.env.train, group_size=args.group_size, auto_reset=False)
+    env = make_env(env_cfg, args.envs, seed_offset=1000 + args.seed)
+    sp, chunks = cfg.algorithm.sampling_params, -(-env_cfg.max_episode_steps // cfg.actor.model.num_action_chunks)
+    gen = torch.Generator().manual_seed(args.seed)
+    parts: dict[str, list[torch.Tensor]] = {"rewards": [], "dones": [], "values": [], "success": []}
+    try:
+        for _ in range(args.groups * args.group_size // args.envs):
+            obs, steps = env.reset(), {k: [] for k in parts}
+            for _ in range(chunks):
+                with torch.no_grad():
+                    out = policy.predict(policy.prepare_inputs(obs), do_sample=True, temperature=sp.temperature_train,
+                                         top_k=sp.top_k or 0, generator=gen)
+                res = env.chunk_step(out.actions.float().numpy())
+                steps["values"].append(out.values.float())
+                steps["rewards"].append(torch.from_numpy(res.rewards))
+                steps["dones"].append(torch.from_numpy(res.terminations | res.truncations))
+                steps["success"].append(torch.from_numpy(res.successes))
+                obs = res.obs
+            steps["values"].append(steps["values"][-1] * 0)  # every episode ends in the last chunk
+            for k, kept in parts.items():
+                kept.append(torch.stack(steps[k]))
+    finally:
+        env.close()
+    rewards, dones, values, success = (torch.cat(parts[k], dim=1) for k in ("rewards", "dones", "values", "success"))
+    stats = RunningRewardStats()
+    saved = torch.load(ckpt / "runner_state.pt", weights_only=False)["extra"].get("reward_stats")
+    if saved:
+        stats.load_state_dict(saved)
+    t, n, c = rewards.shape
+    batch = {"rewards": rewards, "dones": dones, "values": values, "logprobs": torch.zeros(t, n, c * cfg.actor.model.action_dim)}
+    adv = compute_advantages(cfg.algorithm, batch, action_dim=cfg.actor.model.action_dim, auto_reset=False,
+                             reward_stats=stats)["advantages"].mean(-1)  # [T, N]: a chunk's tokens share it
+    won, ret = success.any(-1).any(0), rewards.sum((0, 2))
+    print(f"{args.run.name} step {args.step}: {n} episodes from {args.groups} initial states, success {won.float().mean():.3f}, "
+          f"return {ret[won].mean():.2f} (successes) / {ret[~won].mean():.2f} (failures)")
+    for k in range(t):
+        print(f"  chunk {k}: advantage {adv[k][won].mean():+.2f} (successes) / {adv[k][~won].mean():+.2f} (failures), "
+              f"corr with success {corr(adv[k], won.float()):+.2f}")
+    print(f"  corr(V(first observation), return) {corr(values[0, :, 0], ret):+.2f}")
+    grpo, _ = group_normalized_scores(ret, args.group_size, True)
+    for name, x in (("first chunk's advantage", adv[0]), ("return", ret), ("success", won.float())):
+        print(f"  between-state share of the variance of the {name}: {between_state_share(x, args.group_size):.2f}")
+    print(f"  corr(first chunk's advantage, GRPO's advantage of the same episodes) {corr(adv[0], grpo):+.2f}")
+
+
+if __name__ == "__main__":
+    main()
