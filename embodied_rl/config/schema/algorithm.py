@@ -67,7 +67,7 @@ class AlgorithmConfig:
     value_loss_coef: float = field(default=1.0, metadata={"help": "Coefficient of the value loss (gae, bi_level_gae)."})
     value_clip: float | None = field(default=0.2, metadata={"help": "Clip new values to old_values +- x and take the larger loss (PPO value clipping); null = off."})
     huber_delta: float | None = field(default=None, metadata={"help": "Huber loss with this delta for the value loss; null = 0.5 * squared error."})
-    critic_replay_steps: int = field(default=0, metadata={"help": "After each training step's updates, one value-only pass over the critic's samples (privileged state, return) of this step and the N steps before it, which the actor keeps and checkpoints: one batch shows each initial state once, too few to learn how it decides the return; 0 = fit the current batch only. Needs actor.model.value_input=privileged_state."})
+    critic_replay_steps: int = field(default=0, metadata={"help": "After each training step's updates, one value-only pass over the critic's samples (privileged state, return) of this step and the N steps before it, which the actor keeps and checkpoints: more data per fit when a batch holds few episodes (docs/LEARNING.md measures it); 0 = fit the current batch only. Needs actor.model.value_input=privileged_state."})
     # --- consumed by the runtime / rollout (see RUNTIME_KEYS) ----------------------------
     update_epoch: int = field(default=1, metadata={"help": "Passes over the rollout batch per training step."})
     rollout_epoch: int = field(default=1, metadata={"help": "Rollout epochs collected per training step (concatenated along the env axis)."})

@@ -1,9 +1,8 @@
 """The value targets of the last few training steps, for the asymmetric critic's replay pass.
 
-One batch of tens of episodes shows each initial state once: a critic fitted to it alone cannot
-learn how the initial state decides the return, which leaves that part of the return in the
-advantages. Its inputs (privileged states) are small, so the actor keeps the last steps'
-(state, return) pairs and fits the critic to all of them after each step's updates.
+A batch of tens of episodes is little data for a critic fitted to it alone. Its inputs
+(privileged states) are small, so the actor keeps the last steps' (state, return) pairs and
+fits the critic to all of them after each step's updates.
 """
 from __future__ import annotations
 
