@@ -8,6 +8,9 @@ pass would double the 2 x 8 eval epochs of maniskill_ppo_from_sft); the eval-onl
 both, as shipped. The eval-only run of a maniskill_sft_tiny checkpoint, with the same checks,
 is tests/test_sft.py's. Demos recorded with the same arguments earlier in the session are
 copied (tests/test_learning.py records the same 2 PushCube demos through benchmarks/learning.py).
+The eval-only run of libero_grpo_tiny also checks its per-task metrics and two-camera videos:
+one LIBERO eval-only run instead of two (ensure_model creates a missing model for train and
+eval alike, and the training run before it creates this one).
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import json
 import math
 from pathlib import Path
 
+import imageio.v3 as iio
 import pytest
 
 from embodied_rl.config.loader import CONFIG_DIR, available
@@ -35,6 +39,31 @@ SHIPPED = available(CONFIG_DIR)
 EVAL_ONLY_ELSEWHERE = {"maniskill_sft_tiny": "tests/test_sft.py"}
 
 
+def _two_libero_tasks(run: Path) -> None:
+    """libero_grpo_tiny on two libero_spatial tasks (real LIBERO, the tiny OFT with two cameras
+    and proprio): per-task success, one sub-env per task, and per env worker a video with the
+    wrist view beside the main view."""
+    row = read_metrics(run)[0]
+    assert row["eval/num_trajectories"] == 2
+    for task in ("libero_spatial_task0", "libero_spatial_task1"):  # one env per task (spread reset ids)
+        assert row[f"eval/num_trajectories/{task}"] == 1
+        assert 0.0 <= row[f"eval/success_once/{task}"] <= 1.0
+    videos = sorted((run / "video" / "eval").rglob("*.mp4"))
+    assert len(videos) == 2  # 2 env workers x 1 stage
+    for video in videos:
+        side = json.loads(video.with_suffix(".json").read_text())
+        grid = side["grid"]
+        assert grid["tile_width"] == 2 * grid["tile_height"]  # wrist view beside the main view
+        assert {e["task_id"] for e in side["episodes"]} <= {"libero_spatial_task0", "libero_spatial_task1"}
+        frames = iio.imread(video)
+        assert frames.shape[0] == side["num_frames"] and frames.shape[2] == grid["cols"] * grid["tile_width"]
+    assert json.loads(videos[0].with_suffix(".json").read_text())["mode"] == "eval"
+
+
+# Checks of a config's own eval-only run beyond check_eval_only.
+EVAL_CHECKS = {"libero_grpo_tiny": _two_libero_tasks}
+
+
 def test_configs_are_found() -> None:
     assert {"maniskill_ppo_from_sft", "maniskill_ppo_tiny", "maniskill_grpo_tiny", "libero_grpo_tiny",
             "maniskill_sft_tiny"} <= set(SHIPPED)
@@ -53,7 +82,9 @@ def _check_start_policy(cfg, before: dict, run: Path) -> None:
     assert before["eval/success_once"] > 0.0, before
 
 
-@pytest.mark.parametrize("name", SHIPPED)
+# A config on LIBERO carries the libero marker (its eval-only run holds the LIBERO eval checks).
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.libero) if "env/libero" in (CONFIG_DIR / f"{n}.yaml").read_text()
+                                  else n for n in SHIPPED])
 def test_shipped_config_trains_two_steps_and_evaluates(name: str, tmp_path: Path) -> None:
     cfg = load_config(name, skip=("sft_data",), plan=False)
     for path in cfg.data.train_data_paths:  # SFT: first record the demos it names, as its header says
@@ -89,3 +120,5 @@ def test_shipped_config_trains_two_steps_and_evaluates(name: str, tmp_path: Path
     run_cli("eval", name, f"runner.experiment_name={name}_eval", f"runner.ckpt_path=runs/{name}",
             "algorithm.eval_rollout_epoch=1", cwd=tmp_path)
     check_eval_only(tmp_path / "runs" / f"{name}_eval")
+    if name in EVAL_CHECKS:
+        EVAL_CHECKS[name](tmp_path / "runs" / f"{name}_eval")
