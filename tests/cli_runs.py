@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -90,9 +91,55 @@ def run_cli_failing(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return proc
 
 
+# Demo recordings made in this test session, by the arguments of their `embodied-rl demos`
+# command: a test asking for the same recording again gets a copy (recording costs a simulator
+# start-up and the expert's episodes).
+_RECORDED: dict[tuple[str, int, str], Path] = {}
+
+
+def record_demos(config: str, num_demos: int, out: str, *, cwd: Path) -> None:
+    """`embodied-rl demos CONFIG --num-demos N --out OUT --quiet` in cwd, or a copy of the same
+    recording made earlier in this session."""
+    done = _RECORDED.get((config, num_demos, out))
+    if done is not None and done.is_dir():
+        shutil.copytree(done, cwd / out)
+        return
+    run_cli("demos", config, "--num-demos", str(num_demos), "--out", out, "--quiet", cwd=cwd)
+    share_demos(config, num_demos, out, cwd=cwd)
+
+
+def share_demos(config: str, num_demos: int, out: str, *, cwd: Path) -> None:
+    """Offer cwd/out, written by `embodied-rl demos CONFIG --num-demos N --out OUT --quiet`, to
+    later record_demos calls with the same arguments."""
+    _RECORDED[(config, num_demos, out)] = cwd / out
+
+
 def read_metrics(run_dir: Path) -> dict[int, dict]:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     return {int(r["step"]): r for r in rows}
+
+
+def sidecars(run: Path, mode: str) -> dict[str, list[Path]]:
+    """Video step directory -> the JSON sidecars of its videos, for one mode (train or eval)."""
+    return {d.name: sorted(d.glob("*.json")) for d in sorted((run / "video" / mode).glob("step_*"))}
+
+
+def check_environment(run: Path) -> None:
+    """The versions behind a run's numbers, as its env workers saw them."""
+    (facts,) = json.loads((run / "environment.json").read_text())["env_workers"]
+    assert facts["packages"]["mani-skill"] and facts["packages"]["libero"] and facts["render"]["MUJOCO_GL"]
+
+
+def check_eval_only(run: Path) -> dict:
+    """What an `embodied-rl eval` run of a checkpoint writes with a shipped config's scorings
+    (greedy and sampled, greedy primary); returns its metrics row."""
+    (row,) = read_metrics(run).values()
+    assert 0.0 <= row["eval/success_once"] <= 1.0 and row["eval/num_trajectories"] >= 1
+    assert row["eval/greedy/success_once"] == row["eval/success_once"]
+    assert row["eval/sampled/num_trajectories"] == row["eval/num_trajectories"]
+    assert any(sidecars(run, "eval").values())
+    check_environment(run)
+    return row
 
 
 # Frames are compared as means over 16x16-pixel blocks: H.264 rate control makes two encodes of

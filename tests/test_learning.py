@@ -12,9 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from embodied_rl.demos import read_manifest
+from tests.cli_runs import share_demos
+
 pytestmark = [pytest.mark.slow, pytest.mark.maniskill]
 
 REPO = Path(__file__).resolve().parents[1]
+DEMOS = "demos/push_cube_64"
 
 
 def test_minimal_recipe_runs_through_the_real_code_path(tmp_path: Path) -> None:
@@ -28,3 +32,7 @@ def test_minimal_recipe_runs_through_the_real_code_path(tmp_path: Path) -> None:
     assert all(0.0 <= success <= 1.0 and episodes >= 1 for _, success, _, episodes, _ in result["ppo_evals"])
     assert (tmp_path / "learning.png").stat().st_size > 10_000
     assert "| PPO after |" in proc.stdout and "GRPO" not in proc.stdout
+    # --minimal recorded its demos with `embodied-rl demos maniskill_sft_tiny --num-demos 2 --out
+    # demos/push_cube_64 --quiet`: the recording tests/test_shipped_configs.py needs.
+    assert len(read_manifest(tmp_path / DEMOS).episodes) == 2
+    share_demos("maniskill_sft_tiny", 2, DEMOS, cwd=tmp_path)

@@ -16,7 +16,7 @@ import torch
 from embodied_rl.algorithms.sft import sft_loss
 from embodied_rl.demos import read_manifest
 from embodied_rl.demos.sft_data import EpochSampler
-from tests.cli_runs import read_metrics, run_cli, run_cli_failing
+from tests.cli_runs import check_eval_only, read_metrics, run_cli, run_cli_failing
 
 pytestmark = [pytest.mark.maniskill]
 
@@ -125,10 +125,12 @@ def test_sft_policy_reproduces_its_demo_closed_loop(overfit_run, work) -> None:
 @pytest.mark.slow
 def test_eval_of_the_sft_checkpoint_reproduces_its_last_evaluation(overfit_run, work) -> None:
     """runner.ckpt_path of an SFT run brings its statistics along: evaluated alone, greedy on the
-    same fixed reset ids, the checkpoint scores exactly what the run's own last evaluation did."""
+    same fixed reset ids, the checkpoint scores exactly what the run's own last evaluation did.
+    Also the eval-only run of tests/test_shipped_configs.py for maniskill_sft_tiny: the shipped
+    config's scorings, videos and environment facts."""
     run_cli("eval", CONFIG, f"data.train_data_paths=[{DEMOS}]", "runner.experiment_name=overfit_eval",
             "runner.ckpt_path=runs/overfit", cwd=work)
-    (alone,) = read_metrics(work / "runs" / "overfit_eval").values()
+    alone = check_eval_only(work / "runs" / "overfit_eval")
     last = read_metrics(overfit_run)[300]
     for key in ("eval/success_once", "eval/return", "eval/episode_len"):
         assert alone[key] == pytest.approx(last[key]), key

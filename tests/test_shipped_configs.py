@@ -5,7 +5,12 @@ first use, as on a fresh clone, or is the checkpoint shipped in models/) with no
 beyond the step count and the run name: 2 training steps, then `embodied-rl eval` of the
 checkpoint they wrote. The training runs score their evaluations greedily only (the sampled
 pass would double the 2 x 8 eval epochs of maniskill_ppo_from_sft); the eval-only run scores
-both, as shipped.
+both, as shipped. The eval-only run of a maniskill_sft_tiny checkpoint, with the same checks,
+is tests/test_sft.py's. Demos recorded with the same arguments earlier in the session are
+copied (tests/test_learning.py records the same 2 PushCube demos through benchmarks/learning.py).
+The eval-only run of libero_grpo_tiny also checks its per-task metrics and two-camera videos:
+one LIBERO eval-only run instead of two (ensure_model creates a missing model for train and
+eval alike, and the training run before it creates this one).
 """
 from __future__ import annotations
 
@@ -13,24 +18,55 @@ import json
 import math
 from pathlib import Path
 
+import imageio.v3 as iio
 import pytest
 
 from embodied_rl.config.loader import CONFIG_DIR, available
 from embodied_rl.configure import load_config
-from tests.cli_runs import read_metrics, run_cli
+from tests.cli_runs import (
+    check_environment,
+    check_eval_only,
+    read_metrics,
+    record_demos,
+    run_cli,
+    sidecars,
+)
 
 pytestmark = [pytest.mark.slow]
 
 SHIPPED = available(CONFIG_DIR)
+# Configs whose eval-only run of a checkpoint, with the checks below, is another test's.
+EVAL_ONLY_ELSEWHERE = {"maniskill_sft_tiny": "tests/test_sft.py"}
+
+
+def _two_libero_tasks(run: Path) -> None:
+    """libero_grpo_tiny on two libero_spatial tasks (real LIBERO, the tiny OFT with two cameras
+    and proprio): per-task success, one sub-env per task, and per env worker a video with the
+    wrist view beside the main view."""
+    row = read_metrics(run)[0]
+    assert row["eval/num_trajectories"] == 2
+    for task in ("libero_spatial_task0", "libero_spatial_task1"):  # one env per task (spread reset ids)
+        assert row[f"eval/num_trajectories/{task}"] == 1
+        assert 0.0 <= row[f"eval/success_once/{task}"] <= 1.0
+    videos = sorted((run / "video" / "eval").rglob("*.mp4"))
+    assert len(videos) == 2  # 2 env workers x 1 stage
+    for video in videos:
+        side = json.loads(video.with_suffix(".json").read_text())
+        grid = side["grid"]
+        assert grid["tile_width"] == 2 * grid["tile_height"]  # wrist view beside the main view
+        assert {e["task_id"] for e in side["episodes"]} <= {"libero_spatial_task0", "libero_spatial_task1"}
+        frames = iio.imread(video)
+        assert frames.shape[0] == side["num_frames"] and frames.shape[2] == grid["cols"] * grid["tile_width"]
+    assert json.loads(videos[0].with_suffix(".json").read_text())["mode"] == "eval"
+
+
+# Checks of a config's own eval-only run beyond check_eval_only.
+EVAL_CHECKS = {"libero_grpo_tiny": _two_libero_tasks}
 
 
 def test_configs_are_found() -> None:
     assert {"maniskill_ppo_from_sft", "maniskill_ppo_tiny", "maniskill_grpo_tiny", "libero_grpo_tiny",
             "maniskill_sft_tiny"} <= set(SHIPPED)
-
-
-def _sidecars(run: Path, mode: str) -> dict[str, list[Path]]:
-    return {d.name: sorted(d.glob("*.json")) for d in sorted((run / "video" / mode).glob("step_*"))}
 
 
 def _check_start_policy(cfg, before: dict, run: Path) -> None:
@@ -46,11 +82,13 @@ def _check_start_policy(cfg, before: dict, run: Path) -> None:
     assert before["eval/success_once"] > 0.0, before
 
 
-@pytest.mark.parametrize("name", SHIPPED)
+# A config on LIBERO carries the libero marker (its eval-only run holds the LIBERO eval checks).
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.libero) if "env/libero" in (CONFIG_DIR / f"{n}.yaml").read_text()
+                                  else n for n in SHIPPED])
 def test_shipped_config_trains_two_steps_and_evaluates(name: str, tmp_path: Path) -> None:
     cfg = load_config(name, skip=("sft_data",), plan=False)
     for path in cfg.data.train_data_paths:  # SFT: first record the demos it names, as its header says
-        run_cli("demos", name, "--num-demos", "2", "--out", path, "--quiet", cwd=tmp_path)
+        record_demos(name, 2, path, cwd=tmp_path)
     run_cli("train", name, "runner.max_steps=2", f"runner.experiment_name={name}", "algorithm.sampling_params.eval_scoring=[greedy]",
             cwd=tmp_path)
     run = tmp_path / "runs" / name
@@ -63,27 +101,24 @@ def test_shipped_config_trains_two_steps_and_evaluates(name: str, tmp_path: Path
         assert losses and all(math.isfinite(v) for v in losses.values()), losses
     assert (run / "checkpoints" / "global_step_00000002").is_dir()
     if cfg.runner.paradigm == "sft":  # no training rollouts; the last step is evaluated
-        assert "eval/success_once" in metrics[2] and _sidecars(run, "eval")["step_000002"]
+        assert "eval/success_once" in metrics[2] and sidecars(run, "eval")["step_000002"]
     else:  # training videos are filed under the step their metrics carry
-        train_videos = _sidecars(run, "train")
+        train_videos = sidecars(run, "train")
         assert sorted(train_videos) == ["step_000001", "step_000002"] and all(train_videos.values())
         sidecar = json.loads(train_videos["step_000001"][0].read_text())
         assert sidecar["global_step"] == 1
 
-    # Eval-only on the checkpoint, at its smallest (one rollout epoch).
-    run_cli("eval", name, f"runner.experiment_name={name}_eval", f"runner.ckpt_path=runs/{name}",
-            "algorithm.eval_rollout_epoch=1", cwd=tmp_path)
-    evaluated = read_metrics(tmp_path / "runs" / f"{name}_eval")
-    (row,) = evaluated.values()
-    assert 0.0 <= row["eval/success_once"] <= 1.0 and row["eval/num_trajectories"] >= 1
-    assert row["eval/greedy/success_once"] == row["eval/success_once"]  # greedy and sampled, greedy primary
-    assert row["eval/sampled/num_trajectories"] == row["eval/num_trajectories"]
-    assert any(_sidecars(tmp_path / "runs" / f"{name}_eval", "eval").values())
     # The run records the initial states it trained and evaluated on: never the same ones.
     used = json.loads((run / "reset_ids.json").read_text())
     assert {m: u["reset_id_split"] for m, u in used.items()} == {m: m for m in used} and used["eval" if "eval" in used else "train"]["ids"]
     assert not set(used.get("train", {}).get("ids", [])) & set(used.get("eval", {}).get("ids", []))
-    # The versions behind the numbers, as the env workers saw them.
-    for run_dir in (run, tmp_path / "runs" / f"{name}_eval"):
-        (facts,) = json.loads((run_dir / "environment.json").read_text())["env_workers"]
-        assert facts["packages"]["mani-skill"] and facts["packages"]["libero"] and facts["render"]["MUJOCO_GL"]
+    check_environment(run)
+    if name in EVAL_ONLY_ELSEWHERE:
+        return
+
+    # Eval-only on the checkpoint, at its smallest (one rollout epoch).
+    run_cli("eval", name, f"runner.experiment_name={name}_eval", f"runner.ckpt_path=runs/{name}",
+            "algorithm.eval_rollout_epoch=1", cwd=tmp_path)
+    check_eval_only(tmp_path / "runs" / f"{name}_eval")
+    if name in EVAL_CHECKS:
+        EVAL_CHECKS[name](tmp_path / "runs" / f"{name}_eval")
