@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from omegaconf import OmegaConf
-from safetensors.torch import load_file
 
 
 def between_state_share(x: torch.Tensor, group_size: int) -> float:
@@ -40,6 +39,7 @@ def main() -> None:
     from embodied_rl.envs import make_env
     from embodied_rl.models.rollout_backends import build_rollout_policy
     from embodied_rl.process_env import configure_process_env
+    from embodied_rl.runtime.checkpoint import load_runner_state, load_trainable_weights
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("run", type=Path, help="a training run directory with checkpoints")
@@ -58,7 +58,10 @@ def main() -> None:
     if args.envs % args.group_size or (args.groups * args.group_size) % args.envs:
         raise SystemExit("--envs must be a multiple of --group-size and divide --groups x --group-size")
     policy = build_rollout_policy("huggingface", cfg.actor.model, device=torch.device("cpu"), init_seed=cfg.runner.seed)
-    policy.load_trainable_state_dict(load_file(str(ckpt / "actor" / "trainable.safetensors")))
+    weights, _, stats = load_trainable_weights(str(ckpt), args.run)
+    policy.load_trainable_state_dict(weights)
+    if stats is not None:  # as the runner does: the checkpoint's statistics win over model_path's
+        policy.set_dataset_statistics(stats)
     env_cfg = dataclasses.replace(cfg.env.train, group_size=args.group_size, auto_reset=False)
     env = make_env(env_cfg, args.envs, seed_offset=1000 + args.seed)
     sp, chunks = cfg.algorithm.sampling_params, -(-env_cfg.max_episode_steps // cfg.actor.model.num_action_chunks)
@@ -77,20 +80,20 @@ def main() -> None:
                 steps["dones"].append(torch.from_numpy(res.terminations | res.truncations))
                 steps["success"].append(torch.from_numpy(res.successes))
                 obs = res.obs
-            steps["values"].append(steps["values"][-1] * 0)  # every episode ends in the last chunk
+            steps["values"].append(torch.zeros_like(steps["values"][-1]))  # every episode ends in the last chunk
             for k, kept in parts.items():
                 kept.append(torch.stack(steps[k]))
     finally:
         env.close()
     rewards, dones, values, success = (torch.cat(parts[k], dim=1) for k in ("rewards", "dones", "values", "success"))
-    stats = RunningRewardStats()
-    saved = torch.load(ckpt / "runner_state.pt", weights_only=False)["extra"].get("reward_stats")
+    reward_stats = RunningRewardStats()
+    saved = load_runner_state(ckpt, restore_rng=False).extra.get("reward_stats")
     if saved:
-        stats.load_state_dict(saved)
+        reward_stats.load_state_dict(saved)
     t, n, c = rewards.shape
     batch = {"rewards": rewards, "dones": dones, "values": values, "logprobs": torch.zeros(t, n, c * cfg.actor.model.action_dim)}
     adv = compute_advantages(cfg.algorithm, batch, action_dim=cfg.actor.model.action_dim, auto_reset=False,
-                             reward_stats=stats)["advantages"].mean(-1)  # [T, N]: a chunk's tokens share it
+                             reward_stats=reward_stats)["advantages"].mean(-1)  # [T, N]: a chunk's tokens share it
     won, ret = success.any(-1).any(0), rewards.sum((0, 2))
     print(f"{args.run.name} step {args.step}: {n} episodes from {args.groups} initial states, success {won.float().mean():.3f}, "
           f"return {ret[won].mean():.2f} (successes) / {ret[~won].mean():.2f} (failures)")
