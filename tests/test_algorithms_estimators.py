@@ -211,6 +211,40 @@ def test_grpo_matches_reference_and_groups_sum_to_zero(norm_std):
         assert math.isclose(sum(per_env), 0.0, abs_tol=1e-4)
 
 
+@pytest.mark.parametrize("auto_reset", [True, False])
+@pytest.mark.parametrize("seed", range(3))
+def test_group_baseline_subtracts_the_other_envs_mean_of_the_group(seed, auto_reset):
+    T, N, C, A, gs = 6, 8, 2, 2, 4
+    b = make_rollout(seed, T, N, C, A, auto_reset=auto_reset, value_k=1)
+    plain = compute_advantages(cfg(group_size=gs), b, auto_reset=auto_reset)
+    out = compute_advantages(cfg(group_size=gs, group_baseline=True), b, auto_reset=auto_reset)
+    torch.testing.assert_close(out["returns"], plain["returns"])  # the critic's targets are untouched
+    adv, valid = plain["advantages"][..., 0], plain["loss_mask"][..., 0]
+    for t in range(T):
+        for n in range(N):
+            if not valid[t, n]:
+                continue
+            others = [m for m in range(n - n % gs, n - n % gs + gs) if m != n and valid[t, m]]
+            base = sum(float(adv[t, m]) for m in others) / len(others) if others else 0.0
+            assert math.isclose(float(out["advantages"][t, n, 0]), float(adv[t, n]) - base, abs_tol=1e-5)
+
+
+def test_group_baseline_makes_the_first_chunk_blind_to_the_critics_value_of_the_start():
+    """gamma = lambda = 1, full episodes: the first chunk's advantage is the episode's return
+    minus the mean return of the rest of its group, whatever the critic says of the start."""
+    T, N, C, A, gs = 5, 8, 2, 1, 4
+    b = make_rollout(4, T, N, C, A, auto_reset=False, p_done=0.0, value_k=1)
+    c = cfg(gamma=1.0, gae_lambda=1.0, group_size=gs, group_baseline=True, bootstrap_type="none")
+    b["values"][0] = torch.arange(N // gs).repeat_interleave(gs).float().unsqueeze(-1)  # one value per start
+    b["values"][-1] = 0.0
+    first = compute_advantages(c, b, auto_reset=False)["advantages"][0, :, 0]
+    returns = b["rewards"].sum(dim=(0, 2)).reshape(N // gs, gs)
+    want = returns - (returns.sum(dim=1, keepdim=True) - returns) / (gs - 1)
+    torch.testing.assert_close(first, want.reshape(N))
+    b["values"][0] += 7.0
+    torch.testing.assert_close(compute_advantages(c, b, auto_reset=False)["advantages"][0, :, 0], first)
+
+
 def test_grpo_drop_uniform_groups_masks_groups_with_equal_returns():
     b = make_rollout(3, 5, 6, 2, 2, auto_reset=False)
     del b["bootstrap_values"]

@@ -74,6 +74,7 @@ CASES: dict[str, tuple[dict, object, object]] = {
     "group_size": ({"adv_type": "grpo", "group_size": 2}, 4, adv_probe),
     "norm_adv_by_std_in_grpo": ({"adv_type": "grpo", "group_size": 2, "normalize_advantages": False}, False, adv_probe),
     "drop_uniform_groups": ({"adv_type": "grpo", "group_size": 2}, True, adv_probe),
+    "group_baseline": ({"group_size": 2}, True, adv_probe),
     "normalize_advantages": ({}, False, adv_probe),
     "advantage_clip": ({}, 0.5, adv_probe),
     "bootstrap_type": ({}, "none", adv_probe),

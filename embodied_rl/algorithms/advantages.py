@@ -90,7 +90,10 @@ def _gae(cfg: AlgorithmConfig, steps: RewardSteps) -> EstimatorOutput:
     values = _require_values(steps, "gae", (k,))
     flat_values = torch.cat([_to_time(values[:-1]), values[-1, :, 0].unsqueeze(0)], dim=0)
     adv, ret = est.gae(_to_time(steps.rewards), flat_values, _to_time(steps.dones), cfg.gamma, cfg.gae_lambda)
-    return EstimatorOutput(_from_time(adv, k), _from_time(ret, k))
+    adv = _from_time(adv, k)
+    if cfg.group_baseline:  # value targets stay the critic's own returns
+        adv = est.leave_one_out_centered(adv, steps.mask, cfg.group_size)
+    return EstimatorOutput(adv, _from_time(ret, k))
 
 
 @ADVANTAGE_ESTIMATORS.register("reinforce_pp")

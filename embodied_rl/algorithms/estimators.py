@@ -56,6 +56,25 @@ def group_normalized_scores(scores: Tensor, group_size: int, norm_by_std: bool, 
     return centered.reshape(n), uniform.reshape(n)
 
 
+def leave_one_out_centered(adv: Tensor, valid: Tensor, group_size: int) -> Tensor:
+    """Subtract from each env's advantage the mean advantage of the other valid envs of its group.
+
+    adv, valid: [S, N, K] with N % group_size == 0 (envs n, m grouped iff n // group_size ==
+    m // group_size). The baseline of env i at step s is built only from the other envs of its
+    group, which are independent of env i's actions given the shared start, so the policy
+    gradient stays unbiased; it removes the part of the advantage that says how easy that
+    start was. Steps where no other env of the group is valid are left unchanged.
+    """
+    s, n, k = adv.shape
+    if n % group_size:
+        raise ValueError(f"{n} envs are not a multiple of algorithm.group_size={group_size}")
+    w = valid.to(adv.dtype).reshape(s, n // group_size, group_size, k)
+    a = (adv * valid).reshape(s, n // group_size, group_size, k)
+    others = w.sum(dim=2, keepdim=True) - w
+    loo_mean = (a.sum(dim=2, keepdim=True) - a) / others.clamp(min=1.0)
+    return adv - torch.where(others > 0, loo_mean, torch.zeros_like(loo_mean)).reshape(s, n, k)
+
+
 def bi_level_gae(
     chunk_rewards: Tensor,
     token_values: Tensor,

@@ -38,8 +38,9 @@ class AlgorithmConfig:
     gamma: float = field(default=0.99, metadata={"help": "Discount per reward step (per env step at action_level, per chunk at chunk_level; per token inside a chunk for bi_level_gae)."})
     gae_lambda: float = field(default=0.95, metadata={"help": "GAE lambda (gae, both levels of bi_level_gae)."})
     high_level_gamma: float = field(default=0.95, metadata={"help": "bi_level_gae: discount across chunks of the chunk-level GAE."})
-    group_size: int = field(default=1, metadata={"help": "grpo: envs per group sharing a reset state (envs n, m grouped iff n // group_size == m // group_size); also the grouping of reward_norm: group. Must equal env.group_size."})
+    group_size: int = field(default=1, metadata={"help": "grpo and group_baseline: envs per group sharing a reset state (envs n, m grouped iff n // group_size == m // group_size); also the grouping of reward_norm: group. Must equal env.group_size."})
     norm_adv_by_std_in_grpo: bool = field(default=True, metadata={"help": "grpo: divide (score - group mean) by the group std; false = mean-centering only."})
+    group_baseline: bool = field(default=False, metadata={"help": "gae: subtract from each env's advantage at each step the mean advantage at that step of the other envs of its group (group_size envs from one reset state). The critic keeps crediting actions within an episode; the group removes how easy the shared start was, which a critic fitted on a few episodes per update does not learn (docs/LEARNING.md). Needs group_size >= 2."})
     drop_uniform_groups: bool = field(default=False, metadata={"help": "grpo dynamic sampling: mask out groups whose episode returns are all equal (zero advantage, no signal)."})
     normalize_advantages: bool = field(default=True, metadata={"help": "Whiten advantages over the valid tokens of the batch (masked mean 0, std 1). reinforce_pp always whitens."})
     bootstrap_type: str = field(default="standard", metadata={"help": "What a time-limit truncation adds to the episode's last reward, for a critic (gae, bi_level_gae): standard (gamma * V(final_obs): the limit only cuts an episode that would go on) | none (the limit is part of the task, as when success counts within max_episode_steps: value targets are the return inside the episode). With standard on a fixed-horizon task every episode ends truncated, so the value targets feed on the critic's own values and grow step after step."})
@@ -116,6 +117,10 @@ class AlgorithmConfig:
             raise ConfigError(f"algorithm.group_size={self.group_size} must be >= 1")
         if self.adv_type == "grpo" and self.group_size < 2:
             raise ConfigError("algorithm.adv_type=grpo needs algorithm.group_size >= 2 (a group baseline needs several envs)")
+        if self.group_baseline and self.adv_type != "gae":
+            raise ConfigError(f"algorithm.group_baseline=true corrects GAE advantages, but adv_type={self.adv_type}; set adv_type: gae or group_baseline: false")
+        if self.group_baseline and self.group_size < 2:
+            raise ConfigError("algorithm.group_baseline=true needs algorithm.group_size >= 2 (and env.train.group_size equal to it): envs from one reset state to compare")
         if self.adv_type == "bi_level_gae" and self.reward_type != "chunk_level":
             raise ConfigError("algorithm.adv_type=bi_level_gae credits whole chunks; set algorithm.reward_type: chunk_level")
         if self.reward_norm == "none" and (self.reward_scale or self.reward_shift):
