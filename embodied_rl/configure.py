@@ -13,6 +13,7 @@ from embodied_rl.config.checks import RULES as CONFIG_RULES
 from embodied_rl.config.loader import DEFAULT_EXPERIMENT, compose, resolve, validate
 from embodied_rl.config.schema import RootConfig
 from embodied_rl.demos.checks import RULES as DEMO_RULES
+from embodied_rl.demos.checks import MissingDemosError
 from embodied_rl.distributed.resources import Resources
 from embodied_rl.envs.checks import RULES as ENV_RULES
 from embodied_rl.models.checks import RULES as MODEL_RULES
@@ -31,7 +32,10 @@ def load_config(name_or_path: str = DEFAULT_EXPERIMENT, overrides: Sequence[str]
     With `plan` (the default), sizes left null are derived from `resources` (default: the slots
     Ray will have) and the rules that need the machine run too. `skip` names rules a command
     does not depend on (`embodied-rl demos` records the very demos the `sft_data` rule looks for)."""
-    return validate(resolve(compose(name_or_path, overrides)), RULE_SETS, resources, plan=plan, skip=skip)
+    try:
+        return validate(resolve(compose(name_or_path, overrides)), RULE_SETS, resources, plan=plan, skip=skip)
+    except MissingDemosError as err:
+        raise err.naming(name_or_path, overrides) from None
 
 
 def config_from_dict(data: dict[str, Any], resources: Resources | None = None, *, plan: bool = True) -> RootConfig:

@@ -1,6 +1,7 @@
 """Rules of SFT's demonstrations: read by SFT only, each directory matching the policy and env.train."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,5 +33,20 @@ def _sft_data(cfg: RootConfig) -> None:
         try:
             check_demos_for(cfg, path)
         except DemoError as err:
-            hint = f"; record them with `embodied-rl demos CONFIG --num-demos N --out {path}`" if not Path(path).exists() else ""
-            raise ConfigError(f"data.train_data_paths[{i}]: {err}{hint}") from None
+            if not Path(path).exists():
+                raise MissingDemosError(f"data.train_data_paths[{i}]: {err}", str(path)) from None
+            raise ConfigError(f"data.train_data_paths[{i}]: {err}") from None
+
+
+class MissingDemosError(ConfigError):
+    """A demo directory not recorded yet; `load_config` names the command that records it."""
+
+    def __init__(self, problem: str, path: str, command: str = "embodied-rl demos CONFIG") -> None:
+        super().__init__(f"{problem}; record them with `{command} --num-demos N --out {path}`")
+        self.problem, self.path = problem, path
+
+    def naming(self, config: str, overrides: Sequence[str]) -> MissingDemosError:
+        """The same error with the experiment config and overrides it was loaded with, but the
+        runner's: those never change what the demos hold (and `embodied-rl sft` adds one)."""
+        kept = [o for o in overrides if not o.lstrip("+~").startswith("runner.")]
+        return MissingDemosError(self.problem, self.path, " ".join(["embodied-rl demos", config, *kept]))
