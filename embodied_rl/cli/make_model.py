@@ -20,6 +20,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--num-images", type=int, choices=(1, 2), default=1, help="cameras the model is made for (2 = third-person + wrist); recorded in config.json and checked at load")
     p.add_argument("--action-dim", type=int, default=7, help="action dimensions in dataset_statistics.json")
     p.add_argument("--proprio-dim", type=int, default=8, help="proprio dimensions in dataset_statistics.json")
+    p.add_argument("--proprio", action="store_true", help="also write a proprio projector (for actor.model.use_proprio: the state as one input token)")
     p.add_argument("--unnorm-key", default=IDENTITY_KEY, help="key of the (identity) statistics entry")
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="dtype of the written weights (bf16 halves openvla-7b to ~15 GB)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random initialisation")
@@ -32,7 +33,7 @@ def make_model_main(argv: list[str]) -> int:
 
     args = _parser().parse_args(argv)
     made = create_model(args.preset, args.out_dir, image_size=args.image_size, num_images=args.num_images,
-                        action_dim=args.action_dim, proprio_dim=args.proprio_dim, unnorm_key=args.unnorm_key,
+                        action_dim=args.action_dim, proprio_dim=args.proprio_dim, use_proprio=args.proprio, unnorm_key=args.unnorm_key,
                         precision=args.precision, seed=args.seed)
     print(f"wrote {args.preset} OpenVLA-OFT ({made.num_parameters / 1e6:.2f}M parameters, {args.precision}, "
           f"{args.image_size}px, {args.num_images} image(s)) to {made.path}")
