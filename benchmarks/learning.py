@@ -125,12 +125,12 @@ def run_rl(algo: str, out: dict, a: argparse.Namespace, work: Path) -> None:
     # 16 per update left PPO's advantages and its critic too noisy to move the policy), split
     # into --minibatches optimizer steps per update epoch.
     # --minimal: as few as fit; GRPO's groups of 4 must fill each env stage (4 per eval sub-env)
-    train_envs = (1 if a.minimal and algo == "ppo" else a.train_envs) * eval_envs
+    train_envs = (1 if a.minimal and algo == "ppo" and a.ppo_groups == 1 else a.train_envs) * eval_envs
     batch = train_envs * CHUNK_STEPS * a.rollout_epochs
     name = f"{algo}_s{seed}"
     task = TASKS[a.task]
     per_algo = ([f"algorithm.update_epoch={a.ppo_update_epochs}", f"runner.critic_warmup={0 if a.minimal else a.critic_warmup}",
-                 f"actor.model.privileged_state_dim={task.privileged_state_dim}"] if algo == "ppo" else [])
+                 f"actor.model.privileged_state_dim={task.privileged_state_dim}", *_ppo_groups(a.ppo_groups)] if algo == "ppo" else [])
     out["time_s"][algo] = cli(
         "train", RL_CONFIGS[algo], f"actor.model.model_path=models/sft_s{seed}", "actor.model.create_preset=null", *task.rl_overrides,
         f"runner.seed={seed}", f"runner.max_steps={a.rl_steps}", "runner.val_before_train=true",
@@ -145,6 +145,14 @@ def run_rl(algo: str, out: dict, a: argparse.Namespace, work: Path) -> None:
     out[f"{algo}_train"] = {s: {k: v for k, v in r.items() if k in ("env/success_once", "env/return", "train/critic/value_loss",
                                                                      "rollout/explained_variance", "train/actor/entropy")}
                             for s, r in m.items() if s > 0}
+
+
+def _ppo_groups(size: int) -> list[str]:
+    """PPO's group baseline: `size` sub-envs share each reset state and every GAE advantage loses
+    the mean advantage of the rest of its group at the same step (1 = the critic alone)."""
+    if size == 1:
+        return []
+    return [f"env.train.group_size={size}", f"algorithm.group_size={size}", "algorithm.group_baseline=true"]
 
 
 def _config(run: Path) -> dict:
@@ -237,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rollout-epochs", type=int, default=4, help="rollout epochs per RL step")
     p.add_argument("--minibatches", type=int, default=4, help="optimizer steps per update epoch (the rollout batch split evenly)")
     p.add_argument("--ppo-update-epochs", type=int, default=4, help="PPO passes over each rollout batch (GRPO: 1)")
+    p.add_argument("--ppo-groups", type=int, default=1, help="PPO: sub-envs per reset state whose leave-one-out mean advantage is subtracted (algorithm.group_baseline); 1 = off")
     p.add_argument("--critic-warmup", type=int, default=3, help="PPO steps that train only the critic, from the first")
     p.add_argument("--eval-every", type=int, default=10, help="RL steps between evaluations (and after the last)")
     p.add_argument("--eval-epochs", type=int, default=16, help="eval rollout epochs: episodes = eval sub-envs x this")
