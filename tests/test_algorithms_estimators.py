@@ -217,7 +217,7 @@ def test_group_baseline_subtracts_the_other_envs_mean_of_the_group(seed, auto_re
     T, N, C, A, gs = 6, 8, 2, 2, 4
     b = make_rollout(seed, T, N, C, A, auto_reset=auto_reset, value_k=1)
     plain = compute_advantages(cfg(group_size=gs), b, auto_reset=auto_reset)
-    out = compute_advantages(cfg(group_size=gs, group_baseline=True), b, auto_reset=auto_reset)
+    out = compute_advantages(cfg(group_size=gs, group_baseline=True, norm_adv_by_std_in_grpo=False), b, auto_reset=auto_reset)
     torch.testing.assert_close(out["returns"], plain["returns"])  # the critic's targets are untouched
     adv, valid = plain["advantages"][..., 0], plain["loss_mask"][..., 0]
     for t in range(T):
@@ -234,7 +234,7 @@ def test_group_baseline_makes_the_first_chunk_blind_to_the_critics_value_of_the_
     minus the mean return of the rest of its group, whatever the critic says of the start."""
     T, N, C, A, gs = 5, 8, 2, 1, 4
     b = make_rollout(4, T, N, C, A, auto_reset=False, p_done=0.0, value_k=1)
-    c = cfg(gamma=1.0, gae_lambda=1.0, group_size=gs, group_baseline=True, bootstrap_type="none")
+    c = cfg(gamma=1.0, gae_lambda=1.0, group_size=gs, group_baseline=True, norm_adv_by_std_in_grpo=False, bootstrap_type="none")
     b["values"][0] = torch.arange(N // gs).repeat_interleave(gs).float().unsqueeze(-1)  # one value per start
     b["values"][-1] = 0.0
     first = compute_advantages(c, b, auto_reset=False)["advantages"][0, :, 0]
@@ -243,6 +243,22 @@ def test_group_baseline_makes_the_first_chunk_blind_to_the_critics_value_of_the_
     torch.testing.assert_close(first, want.reshape(N))
     b["values"][0] += 7.0
     torch.testing.assert_close(compute_advantages(c, b, auto_reset=False)["advantages"][0, :, 0], first)
+
+
+def test_group_baseline_by_std_gives_every_start_the_same_weight():
+    """norm_adv_by_std_in_grpo: each group's centred advantages at a step are divided by the
+    std of that group's advantages, so a group whose returns differ by 100x weighs the same."""
+    T, N, C, A, gs = 5, 8, 2, 1, 4
+    b = make_rollout(5, T, N, C, A, auto_reset=False, p_done=0.0, value_k=1)
+    b["rewards"][:, :gs] *= 100.0
+    mean_only = compute_advantages(cfg(group_size=gs, group_baseline=True, norm_adv_by_std_in_grpo=False), b, auto_reset=False)
+    plain = compute_advantages(cfg(group_size=gs), b, auto_reset=False)["advantages"][..., 0]
+    out = compute_advantages(cfg(group_size=gs, group_baseline=True), b, auto_reset=False)["advantages"][..., 0]
+    groups = plain.reshape(T, N // gs, gs)
+    want = mean_only["advantages"][..., 0].reshape(T, N // gs, gs) / (groups.std(dim=2, keepdim=True) + 1e-6)
+    torch.testing.assert_close(out, want.reshape(T, N))
+    scale = out.reshape(T, N // gs, gs).abs().mean(dim=(0, 2))
+    assert float(scale.max() / scale.min()) < 1.5
 
 
 def test_grpo_drop_uniform_groups_masks_groups_with_equal_returns():

@@ -111,8 +111,8 @@ CASES: list[tuple[str, list[str], str]] = [
     ("eval", ["--compare", EXISTING_56PX, EXISTING_56PX, "env.eval.use_fixed_reset_state_ids=false"],
      "--compare pairs episodes by initial state: set env.eval.use_fixed_reset_state_ids=true"),
     # demonstrations and SFT (maniskill_sft_tiny names demos/push_cube_64, absent here)
-    ("sft", [], "data.train_data_paths[0]: demos/push_cube_64: no such demo directory; record them with "
-     "`embodied-rl demos maniskill_sft_tiny --num-demos N --out demos/push_cube_64`"),
+    ("sft", [], ("data.train_data_paths[0]: demos/push_cube_64: no such demo directory; record them with "
+                 "`embodied-rl demos maniskill_sft_tiny --num-demos N --out demos/push_cube_64`")),
     ("sft", ["data.train_data_paths=[]"], "runner.paradigm=sft needs data.train_data_paths"),
     ("sft", ["actor.global_batch_size=null"], "actor.global_batch_size: SFT needs a number of demo samples"),
     ("train", ["data.train_data_paths=[demos/push_cube_64]"], "data.train_data_paths is read by SFT only"),

@@ -92,7 +92,7 @@ def _gae(cfg: AlgorithmConfig, steps: RewardSteps) -> EstimatorOutput:
     adv, ret = est.gae(_to_time(steps.rewards), flat_values, _to_time(steps.dones), cfg.gamma, cfg.gae_lambda)
     adv = _from_time(adv, k)
     if cfg.group_baseline:  # value targets stay the critic's own returns
-        adv = est.leave_one_out_centered(adv, steps.mask, cfg.group_size)
+        adv = est.leave_one_out_centered(adv, steps.mask, cfg.group_size, cfg.norm_adv_by_std_in_grpo)
     return EstimatorOutput(adv, _from_time(ret, k))
 
 

@@ -56,7 +56,7 @@ def group_normalized_scores(scores: Tensor, group_size: int, norm_by_std: bool, 
     return centered.reshape(n), uniform.reshape(n)
 
 
-def leave_one_out_centered(adv: Tensor, valid: Tensor, group_size: int) -> Tensor:
+def leave_one_out_centered(adv: Tensor, valid: Tensor, group_size: int, norm_by_std: bool = False, eps: float = 1e-6) -> Tensor:
     """Subtract from each env's advantage the mean advantage of the other valid envs of its group.
 
     adv, valid: [S, N, K] with N % group_size == 0 (envs n, m grouped iff n // group_size ==
@@ -64,15 +64,24 @@ def leave_one_out_centered(adv: Tensor, valid: Tensor, group_size: int) -> Tenso
     group, which are independent of env i's actions given the shared start, so the policy
     gradient stays unbiased; it removes the part of the advantage that says how easy that
     start was. Steps where no other env of the group is valid are left unchanged.
+    norm_by_std: then divide by the std of the group's advantages at that step (as GRPO divides
+    by its group's std), so every start weighs the same in the batch, however much its
+    episodes' returns differ; a step with fewer than 2 valid envs in its group is not divided.
     """
     s, n, k = adv.shape
     if n % group_size:
         raise ValueError(f"{n} envs are not a multiple of algorithm.group_size={group_size}")
     w = valid.to(adv.dtype).reshape(s, n // group_size, group_size, k)
     a = (adv * valid).reshape(s, n // group_size, group_size, k)
-    others = w.sum(dim=2, keepdim=True) - w
+    count = w.sum(dim=2, keepdim=True)
+    others = count - w
     loo_mean = (a.sum(dim=2, keepdim=True) - a) / others.clamp(min=1.0)
-    return adv - torch.where(others > 0, loo_mean, torch.zeros_like(loo_mean)).reshape(s, n, k)
+    out = adv.reshape(s, n // group_size, group_size, k) - torch.where(others > 0, loo_mean, torch.zeros_like(loo_mean))
+    if norm_by_std:
+        mean = a.sum(dim=2, keepdim=True) / count.clamp(min=1.0)
+        var = (((a - mean) * w) ** 2).sum(dim=2, keepdim=True) / (count - 1).clamp(min=1.0)
+        out = torch.where(count > 1, out / (var.sqrt() + eps), out)
+    return out.reshape(s, n, k)
 
 
 def bi_level_gae(
