@@ -73,12 +73,12 @@ def leave_one_out_centered(adv: Tensor, valid: Tensor, group_size: int, norm_by_
         raise ValueError(f"{n} envs are not a multiple of algorithm.group_size={group_size}")
     w = valid.to(adv.dtype).reshape(s, n // group_size, group_size, k)
     a = (adv * valid).reshape(s, n // group_size, group_size, k)
-    count = w.sum(dim=2, keepdim=True)
+    count, total = w.sum(dim=2, keepdim=True), a.sum(dim=2, keepdim=True)
     others = count - w
-    loo_mean = (a.sum(dim=2, keepdim=True) - a) / others.clamp(min=1.0)
+    loo_mean = (total - a) / others.clamp(min=1.0)
     out = adv.reshape(s, n // group_size, group_size, k) - torch.where(others > 0, loo_mean, torch.zeros_like(loo_mean))
     if norm_by_std:
-        mean = a.sum(dim=2, keepdim=True) / count.clamp(min=1.0)
+        mean = total / count.clamp(min=1.0)
         var = (((a - mean) * w) ** 2).sum(dim=2, keepdim=True) / (count - 1).clamp(min=1.0)
         out = torch.where(count > 1, out / (var.sqrt() + eps), out)
     return out.reshape(s, n, k)
