@@ -264,42 +264,52 @@ class EmbodiedRunner:
         cfg = self.cfg.runner
         with MetricsLogger(cfg.logger, self.run_dir, total_steps=cfg.max_steps, start_step=self.global_step,
                            config=_plain(self.cfg)) as logger, GracefulStop() as stop:
-            step = self.sft_step if self.sft else self.train_step
             evaluations: list[tuple[int, dict[str, float]]] = []
             saved: tuple[int, Path] | None = None
-            if self.global_step == 0 and evaluates_after(self.cfg, 0):
-                evaluations.append((0, self.evaluate()))
-                logger.log(0, evaluations[-1][1], counts=False)
-            while self.global_step < cfg.max_steps and not stop.requested:
+            first_eval = self.global_step == 0 and evaluates_after(self.cfg, 0)
+            while not stop.requested:
+                # A worker may die in any call to the groups (a step, an eval, a save), so the
+                # whole body restarts: everything after the last checkpoint is recomputed.
                 try:
-                    metrics = step()
+                    if first_eval and not evaluations:
+                        evaluations.append((0, self.evaluate()))
+                        logger.log(0, evaluations[-1][1], counts=False)
+                    if self.global_step >= cfg.max_steps:
+                        break
+                    saved = self._advance(logger, evaluations) or saved
                 except WorkerError as err:
                     if not err.died or not may_restart(self.cfg, self.restarts):
                         raise
                     self._restart(err)
                     logger.rewind(self.global_step)
-                    continue
-                metrics["recovery/restarts"] = float(self.restarts)
-                self.global_step += 1
-                if evaluates_after(self.cfg, self.global_step):
-                    evaluations.append((self.global_step, self.evaluate()))
-                    metrics.update(evaluations[-1][1])
-                logger.log(self.global_step, metrics)
-                if saves_after(self.cfg, self.global_step):
-                    saved = (self.global_step, self.save())
+                    evaluations = [e for e in evaluations if e[0] <= self.global_step]
             if len(evaluations) > 1:
                 logger.note(eval_change(evaluations[0], evaluations[-1], self.scorings))
             elif evaluations:
                 logger.note(eval_summary(evaluations[0][1], self.scorings))
-            if self.global_step > 0:
-                # the last step's checkpoint, unless save_interval just wrote it
-                path = saved[1] if saved and saved[0] == self.global_step else self.save()
-                if self.sft:
-                    log.info("SFT done; start RL from it with `embodied-rl export %s DIR` and actor.model.model_path=DIR", path)
+            if self.global_step > 0 and not (saved and saved[0] == self.global_step):
+                saved = (self.global_step, self.save())  # stopped between checkpoints
+            if self.sft and saved:
+                log.info("SFT done; start RL from it with `embodied-rl export %s DIR` and actor.model.model_path=DIR",
+                         saved[1])
             if stop.requested:
                 log.warning("stopped by Ctrl-C after global step %d; resume with runner.resume_dir=latest", self.global_step)
                 return 130
         return 0
+
+    def _advance(self, logger: MetricsLogger, evaluations: list[tuple[int, dict[str, float]]]) -> tuple[int, Path] | None:
+        """One global step: train, then evaluate and checkpoint when due (the last step always
+        checkpoints); returns the checkpoint written, if any."""
+        metrics = self.sft_step() if self.sft else self.train_step()
+        metrics["recovery/restarts"] = float(self.restarts)
+        self.global_step += 1
+        if evaluates_after(self.cfg, self.global_step):
+            evaluations.append((self.global_step, self.evaluate()))
+            metrics.update(evaluations[-1][1])
+        logger.log(self.global_step, metrics)
+        if saves_after(self.cfg, self.global_step) or self.global_step == self.cfg.runner.max_steps:
+            return self.global_step, self.save()
+        return None
 
     def _restart(self, err: WorkerError) -> None:
         """A worker died: stop every group, start them again and resume from the last checkpoint
