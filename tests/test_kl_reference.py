@@ -141,7 +141,7 @@ def test_full_fine_tuning_keeps_a_second_copy_without_value_head(tiny):
 
 def _value_head_warnings(caplog, cfg: OpenVLAOFTConfig, **kw) -> list[str]:
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="embodied_rl.models.openvla_oft.policy"):
+    with caplog.at_level(logging.INFO, logger="embodied_rl.models.openvla_oft.components"):
         build_policy(cfg, **kw)
     return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and "value_head" in r.getMessage()]
 

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import copy
 import json
-import logging
-import zlib
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from functools import partial
@@ -28,6 +26,14 @@ from embodied_rl.models.openvla_oft.actions import (
     resolve_unnorm_key,
 )
 from embodied_rl.models.openvla_oft.arch_config import OpenVLAArchConfig
+from embodied_rl.models.openvla_oft.components import (
+    PROPRIO_PROJECTOR,
+    VALUE_HEAD,
+    checkpoint_norm_stats,
+    load_components,
+    pop_embedded_critic,
+    write_preprocessor_config,
+)
 from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
 from embodied_rl.models.openvla_oft.heads import ProprioProjector, ValueHead
 from embodied_rl.models.openvla_oft.modeling import (
@@ -38,29 +44,11 @@ from embodied_rl.models.openvla_oft.processor import ImageTransform, PromptToken
 from embodied_rl.models.registry import register_policy
 from embodied_rl.types import EnvObservation
 
-logger = logging.getLogger(__name__)
-PREPROCESSOR_NAME = "preprocessor_config.json"
-VALUE_HEAD = "value_head"
-PROPRIO_PROJECTOR = "proprio_projector"
-
 
 def tower_norm_stats(core: OpenVLAOFTModel) -> tuple[list, list]:
     """Per-tower (means, stds) the timm towers were pre-trained with (DINOv2: ImageNet, SigLIP: 0.5)."""
     towers = core.vision_backbone.towers
     return [list(t.pretrained_cfg["mean"]) for t in towers], [list(t.pretrained_cfg["std"]) for t in towers]
-
-
-def checkpoint_norm_stats(ckpt_dir: Path) -> tuple[list, list] | None:
-    """Per-tower (means, stds) from preprocessor_config.json, None when the file is absent."""
-    path = ckpt_dir / PREPROCESSOR_NAME
-    if not path.is_file():
-        logger.info("%s: no %s; using the vision towers' own image normalisation", ckpt_dir, PREPROCESSOR_NAME)
-        return None
-    with open(path) as f:
-        pre = json.load(f)
-    if "means" not in pre or "stds" not in pre:
-        raise CheckpointError(f"{path} lacks 'means'/'stds' (one list of 3 per vision tower)")
-    return pre["means"], pre["stds"]
 
 
 def _enable_activation_checkpointing(model: nn.Module) -> None:
@@ -290,6 +278,10 @@ class OpenVLAOFTPolicy(BasePolicy):
         return units
 
     # ------------------------------------------------------------- checkpoints
+    def components(self) -> dict[str, nn.Module | None]:
+        """The modules saved beside the core weights, by file name (None: not in this config)."""
+        return {VALUE_HEAD: self.value_head, PROPRIO_PROJECTOR: self.proprio_projector}
+
     def save_checkpoint(self, out_dir: str | Path) -> None:
         """Official layout (+ value_head / proprio_projector safetensors, + lora_adapter/ when is_lora)."""
         self._write(Path(out_dir), lora.base_state_dict(self.vla), with_adapters=True)
@@ -305,16 +297,10 @@ class OpenVLAOFTPolicy(BasePolicy):
         self.tokenizer.save_pretrained(str(out))
         with open(out / STATS_NAME, "w") as f:
             json.dump(self.stats, f, indent=2)
-        it = self.image_transform
-        with open(out / PREPROCESSOR_NAME, "w") as f:
-            json.dump({"image_processor_type": "PrismaticImageProcessor", "image_resize_strategy": "resize-naive",
-                       "input_sizes": [[3, it.image_size, it.image_size]] * len(self.arch.timm_model_ids),
-                       "interpolations": ["bicubic"] * len(self.arch.timm_model_ids),
-                       "means": it.means.reshape(-1, 3).tolist(), "stds": it.stds.reshape(-1, 3).tolist(),
-                       "tvf_do_letterbox": False, "use_fused_vision_backbone": self.arch.use_fused_vision_backbone}, f, indent=2)
-        for name in (VALUE_HEAD, PROPRIO_PROJECTOR):
-            if getattr(self, name) is not None:
-                ckpt.save_component(getattr(self, name), out / f"{name}.safetensors")
+        write_preprocessor_config(out, self.image_transform, self.arch)
+        for name, module in self.components().items():
+            if module is not None:
+                ckpt.save_component(module, out / f"{name}.safetensors")
         if with_adapters:
             lora.save_adapters(self.vla, out)
 
@@ -334,11 +320,10 @@ class OpenVLAOFTPolicy(BasePolicy):
             policy = cls(model_cfg, arch, tokenizer, stats, checkpoint_norm_stats(path))
         core = policy.vla
         state = ckpt.read_state_dict(path)
-        # RLinf saves its critic inside the main weights: split it off for the value head.
-        embedded = {k.removeprefix(f"{VALUE_HEAD}."): state.pop(k) for k in list(state) if k.startswith(f"{VALUE_HEAD}.")}
+        embedded = pop_embedded_critic(state)  # RLinf saves its critic inside the main weights
         ckpt.load_exact(core, state, str(path), assign=True)
         core.rebuild_buffers()
-        policy._load_components(path, {VALUE_HEAD: embedded} if embedded else {}, warn_untrained_value_head, init_seed)
+        load_components(policy.components(), path, embedded, warn_untrained_value_head, init_seed)
         ckpt.check_materialized(policy)
         adapter_dir = model_cfg.lora_path or (path / lora.ADAPTER_DIR if (path / lora.ADAPTER_DIR).is_dir() else None)
         if adapter_dir is not None and not model_cfg.is_lora:
@@ -374,32 +359,3 @@ class OpenVLAOFTPolicy(BasePolicy):
         finally:
             torch.set_default_dtype(previous)
         return policy._finish(None, device, dtype)
-
-    def _load_components(self, path: Path, embedded: dict[str, dict[str, torch.Tensor]], warn_untrained_value_head: bool,
-                         init_seed: int) -> None:
-        """Value head / proprio projector: own file, else weights embedded in the main state dict, else a fresh init.
-
-        A fresh init draws from its own generator seeded by (init_seed, component), not from the
-        process's RNG: every process that builds the same checkpoint with the same seed gets the
-        same weights (e.g. several rollout workers of an eval-only run, which no sync aligns).
-        warn_untrained_value_head=False: a fresh value head is only logged at info level (its
-        user never reads these weights, e.g. a rollout worker: the actor sends its own)."""
-        for name in (VALUE_HEAD, PROPRIO_PROJECTOR):
-            module = getattr(self, name)
-            if module is None:
-                if name in embedded:
-                    logger.info("%s: ignoring the %s weights in the checkpoint (add_value_head is false)", path, name)
-                continue
-            found = ckpt.read_component(path, name)
-            if found is None and name in embedded:
-                found = (embedded[name], f"{path} ({name}.* in the main weights)")
-            if found is None:  # e.g. a new critic on an SFT checkpoint
-                quiet = name == VALUE_HEAD and not warn_untrained_value_head
-                logger.log(logging.INFO if quiet else logging.WARNING,
-                           "%s: no %s weights in the checkpoint, starting from a random init", path, name)
-                module.to_empty(device="cpu")
-                with torch.random.fork_rng(devices=[]):
-                    torch.manual_seed(init_seed * 1000 + zlib.crc32(name.encode()) % 1000)
-                    module.reset_parameters()
-                continue
-            ckpt.load_exact(module, found[0], found[1], assign=True)

@@ -25,13 +25,13 @@ from embodied_rl.models.openvla_oft import lora
 from embodied_rl.models.openvla_oft import sampling as S
 from embodied_rl.models.openvla_oft.actions import load_dataset_statistics
 from embodied_rl.models.openvla_oft.arch_config import OpenVLAArchConfig
-from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
-from embodied_rl.models.openvla_oft.policy import (
-    PROPRIO_PROJECTOR,
+from embodied_rl.models.openvla_oft.components import (
     VALUE_HEAD,
-    OpenVLAOFTPolicy,
     checkpoint_norm_stats,
+    load_components,
 )
+from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
+from embodied_rl.models.openvla_oft.policy import OpenVLAOFTPolicy
 from embodied_rl.models.openvla_oft.vllm import layout
 
 CORE_PREFIX = "vla."
@@ -68,7 +68,7 @@ def _host_policy(path: Path, model_cfg: OpenVLAOFTConfig, init_seed: int) -> Ope
     with torch.device("meta"):
         host = OpenVLAOFTPolicy(model_cfg, arch, tokenizer, load_dataset_statistics(path), checkpoint_norm_stats(path))
     embedded = _embedded_value_head(path)
-    host._load_components(path, {VALUE_HEAD: embedded} if embedded else {}, False, init_seed)
+    load_components(host.components(), path, {VALUE_HEAD: embedded} if embedded else {}, False, init_seed)
     return host
 
 
@@ -185,8 +185,7 @@ class VLLMOpenVLAOFT:
             raise ValueError(f"trainable state dict mismatch: missing {missing[:5]}, unexpected {extra[:5]}")
         self._write_core({k.removeprefix(CORE_PREFIX): v for k, v in sd.items() if k.startswith(CORE_PREFIX)})
         heads = {k: v for k, v in sd.items() if not k.startswith(CORE_PREFIX)}
-        for name in (VALUE_HEAD, PROPRIO_PROJECTOR):
-            module = getattr(self.host, name)
+        for name, module in self.host.components().items():
             if module is not None:
                 prefix = f"{name}."
                 module.load_state_dict({k.removeprefix(prefix): v.cpu() for k, v in heads.items() if k.startswith(prefix)})
