@@ -1,6 +1,7 @@
 """Schema walk: every config key, changed on its own, is either rejected or changes what runs.
 
-Part of the default suite (marked slow). Alone: `python -m pytest tests/test_schema_walk.py -s`
+Part of the default suite (marked slow). The probes are in schema_walk_learning_probes.py and
+schema_walk_runtime_probes.py, the walk base and its contexts in schema_walk_contexts.py. Alone: `python -m pytest tests/test_schema_walk.py -s`
 (prints a verdict per key and the seconds per probe); `SCHEMA_WALK_ONLY=env.train.seed,runner`
 walks only the keys under those prefixes.
 
@@ -71,30 +72,29 @@ section reaches is reported, never skipped.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import itertools
 import os
-import re
-import shutil
 import time
-from collections import Counter
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import pytest
 import torch
 
-from embodied_rl.config.loader import compose, to_dict
 from embodied_rl.config.schema import RootConfig
-from embodied_rl.errors import ConfigError
+from tests.schema_walk_contexts import (
+    BASE,
+    BASE_OVERRIDES,
+    MODES,
+    SIM_BASE,
+    env_type_in,
+    load_in,
+    present,
+)
+from tests.schema_walk_learning_probes import probe_plan
 from tests.schema_walk_probes import (
     Leaf,
     Outcome,
     candidates,
-    files_under,
     get_path,
     is_switch,
     override,
@@ -103,24 +103,20 @@ from tests.schema_walk_probes import (
     run_probe,
     schema_leaves,
     shares_name,
-    try_load,
+)
+from tests.schema_walk_runtime_probes import (
+    EXPERT,
+    PROBES,
+    end_ray_unless_base,
+    expert_episodes_of,
+    route,
+    section_of,
+    shutdown_ray,
 )
 from tests.shared_simulators import cached_simulators
-from tests.wandb_support import wandb_runs
 
 pytestmark = [pytest.mark.slow, pytest.mark.maniskill, pytest.mark.libero]
 
-BASE = "maniskill_ppo_tiny"
-# Small and fast, and chosen so every consumer runs: 2 env workers x 2 sub-envs, episodes
-# of 6 steps (2 chunks of 4, truncated inside the second), 8 samples = one global batch. Image
-# sizes and simulator settings: SIM_SETTINGS below. The test appends the walk's model path.
-BASE_OVERRIDES = [
-    "cluster.num_cpu_slots=2", "rollout.pipeline_stage_num=1",
-    "env.train.total_num_envs=4", "env.eval.total_num_envs=4",
-    "env.train.max_episode_steps=6", "env.eval.max_episode_steps=6", "actor.model.num_action_chunks=4",
-    "actor.micro_batch_size=4", "actor.global_batch_size=8",
-    "actor.model.create_preset.image_size=56", "runner.output_dir=runs",
-]
 # A probe runs on the walk base and on at most this many further contexts (cost-bounded; the
 # world's and the other experiments' contexts come first, then switches); cheap probes try up
 # to MAX_TRIES accepted values per context, the others one.
@@ -136,570 +132,16 @@ MODE_PROBES = ("env", "episode", "subproc")
 RAY_PROBES = ("ray", "names")
 
 
-# ============================================================================ probes
-
-
-def probe_algorithm(cfg: RootConfig, path: str) -> Any:
-    from tests.test_algorithms_keys import adv_probe, loss_probe
-
-    return adv_probe(cfg.algorithm), loss_probe(cfg.algorithm)
-
-
-def probe_plan(cfg: RootConfig, path: str) -> Any:
-    """The runtime's pure planning (config/plan.py): placement, derived sizes, env split, the
-    env modes a run steps and the worker groups it starts, the steps after which the training
-    loop evaluates and saves, whether it restarts after a worker death, and whether rollout computes reference log-probs (needs_reference,
-    as build_groups asks). The runner loop itself is not run: its resume and checkpoint keys
-    are live here only through their checks."""
-    from embodied_rl.config.plan import (
-        chunk_steps_per_epoch,
-        components,
-        evaluates_after,
-        may_restart,
-        plan_run,
-        saves_after,
-        used_modes,
-    )
-    from embodied_rl.distributed.resources import detect_resources
-    from embodied_rl.runtime.groups import needs_reference
-    from embodied_rl.workers.env_worker import envs_per_worker, rollout_rank_of
-
-    cfg = dataclasses.replace(cfg)  # plan_run fills derived keys in place
-    plan = plan_run(cfg, detect_resources(cfg.cluster))
-    n_env, n_roll = plan.env_workers, plan.rollout_workers
-    out: dict[str, Any] = {"placement": {k: v.process_slots for k, v in plan.placement.components.items()},
-                           "resources": dataclasses.replace(plan.resources, source=""),  # the text varies with a Ray session
-                           "batch": (cfg.actor.global_batch_size, cfg.actor.micro_batch_size)}
-    out["rollout_of_env"] = [rollout_rank_of(e, n_env, n_roll) for e in range(n_env)]
-    out["reference"] = needs_reference(cfg)
-    out["modes"], out["components"] = used_modes(cfg), components(cfg)
-    out["schedule"] = [(s, evaluates_after(cfg, s), saves_after(cfg, s)) for s in range(cfg.runner.max_steps + 1)]
-    out["restarts"] = [may_restart(cfg, n) for n in range(4)]
-    for mode in ("train", "eval"):
-        out[mode] = (envs_per_worker(getattr(cfg.env, mode).total_num_envs, n_env, cfg.rollout.pipeline_stage_num, mode),
-                     chunk_steps_per_epoch(cfg, mode))
-    return out
-
-
-_POLICIES: dict[str, Any] = {}
-
-
-def _policy(model_cfg) -> Any:
-    from embodied_rl.models import build_policy
-
-    key = repr(dataclasses.asdict(model_cfg))
-    if key not in _POLICIES:
-        torch.manual_seed(0)  # value head / LoRA init: the same for equal configs
-        _POLICIES[key] = build_policy(model_cfg, device="cpu").eval()
-    return _POLICIES[key]
-
-
-def _fixed_obs(policy, n: int = 3):
-    from embodied_rl.types import EnvObservation
-
-    rng = np.random.default_rng(0)
-    size = policy.arch.image_size
-    return EnvObservation(
-        main_images=rng.integers(0, 256, (n, size, size, 3), dtype=np.uint8),
-        states=rng.standard_normal((n, 8)).astype(np.float32),
-        task_descriptions=["pick up the red cube"] * n,
-        wrist_images=rng.integers(0, 256, (n, size, size, 3), dtype=np.uint8),
-    )
-
-
-def probe_model(cfg: RootConfig, path: str) -> Any:
-    """Rollout copy (rollout.model.model_path) predicts with the runtime's sampling specs; the
-    actor copy re-scores the tokens, and once more with gradients (see _training_signal).
-    Checkpoints missing on disk are created as the CLI does, and the files written observed."""
-    from embodied_rl.runtime.groups import sampling_specs
-    from embodied_rl.runtime.train import ensure_model
-
-    m = cfg.actor.model
-    created = [p for p in {m.model_path, cfg.rollout.model.model_path}
-               if p and not (Path(p) / "config.json").exists() and not Path(p).exists()]
-    # A safety limit, not a verdict: the other presets take GBs (the config checks refuse them
-    # next to the walk's tiny checkpoint, so only a broken check gets here).
-    if created and m.create_preset is not None and m.create_preset.name != "tiny":
-        raise RuntimeError(f"the walk creates only the tiny preset, not {m.create_preset.name!r}")
-    try:
-        with quiet():
-            ensure_model(cfg)
-        out: dict[str, Any] = {"created": [files_under(Path(p)) for p in sorted(created)]}
-        _POLICIES.clear() if created else None
-        rollout = _policy(dataclasses.replace(m, model_path=cfg.rollout.model.model_path))
-        actor = _policy(m)
-        out["trainable"] = {k: (v.dtype, tuple(v.shape)) for k, v in actor.trainable_state_dict().items()}
-        sp = cfg.algorithm.sampling_params
-        with torch.no_grad():
-            inputs = rollout.prepare_inputs(_fixed_obs(rollout))
-            for mode, spec in sampling_specs(cfg).items():
-                gen = torch.Generator().manual_seed(1)
-                o = rollout.predict(inputs, do_sample=spec.do_sample, temperature=spec.temperature, top_k=spec.top_k,
-                                    compute_values=cfg.algorithm.uses_critic, generator=gen)
-                ev = actor.evaluate_actions(o.forward_inputs, o.action_tokens, temperature=sp.temperature_train,
-                                            top_k=sp.top_k or 0, compute_values=cfg.algorithm.uses_critic)
-                out[mode] = (o.actions, o.action_tokens, o.logprobs, o.values, o.forward_inputs, ev)
-        out["training"] = _training_signal(actor, o, cfg)
-        return out
-    finally:
-        for p in created:
-            shutil.rmtree(p, ignore_errors=True)
-        if created:
-            _POLICIES.clear()
-
-
-def _training_signal(policy, predicted, cfg: RootConfig) -> Any:
-    """One backward of the actor copy in training mode through the re-scored tokens: the
-    gradients (fresh LoRA adapters leave every output unchanged, B = 0, but their scaling shows
-    here) and the activations the forward saves for backward (what gradient checkpointing
-    changes; the numbers it computes are the same)."""
-    saved: list[int] = []
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        saved.append(t.numel())
-        return t
-
-    sp = cfg.algorithm.sampling_params
-    policy.train()
-    try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            ev = policy.evaluate_actions(predicted.forward_inputs, predicted.action_tokens, temperature=sp.temperature_train,
-                                         top_k=sp.top_k or 0, compute_values=cfg.algorithm.uses_critic)
-        loss = ev["logprobs"].float().sum()
-        if ev.get("values") is not None:
-            loss = loss + ev["values"].float().sum()
-        loss.backward()
-        grads = {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}
-    finally:
-        policy.zero_grad(set_to_none=True)
-        policy.eval()
-    return grads, len(saved), sum(saved)
-
-
-_BATCHES: dict[str, dict] = {}
-
-
-def probe_actor(cfg: RootConfig, path: str) -> Any:
-    """One real FSDP2 train step (gloo, world 1, this process) on a real-policy batch, the
-    learning rates its scheduler sets for the next step, and the sharded module's state after a
-    forward (which parameters stay gathered, on which mesh: the sharding strategy)."""
-    from embodied_rl.workers.actor import fsdp
-    from embodied_rl.workers.actor.worker import ActorWorker
-    from tests.actor_fixtures import make_rollout_batch
-
-    key = repr((dataclasses.asdict(cfg.actor.model), dataclasses.asdict(cfg.algorithm), cfg.actor.seed))
-    if key not in _BATCHES:
-        _BATCHES.clear()
-        _BATCHES[key] = make_rollout_batch(cfg)
-    batch = _BATCHES[key]
-    worker = ActorWorker(cfg, 0, 1)
-    try:
-        info = worker.setup("127.0.0.1", fsdp.free_port())
-        metrics = worker.train_step(batch)
-        sd, version = worker.get_trainable_state_dict()
-        # The LR the scheduler set for the next step: one step cannot show a schedule otherwise.
-        next_lrs = [g["lr"] for g in worker.optimizer.param_groups]
-        worker.policy.evaluate_actions({k: v[0, :2] for k, v in batch["forward_inputs"].items()},
-                                       batch["action_tokens"][0, :2], compute_values=False)
-        params = sorted(Counter((type(p).__name__, str(getattr(p, "placements", ""))) for p in worker.policy.parameters()).items())
-    finally:
-        worker.shutdown()
-    metrics = {k: v for k, v in metrics.items() if not k.startswith("time/")}
-    return info, metrics, sd, version, next_lrs, params
-
-
-def _env_mode(path: str) -> str:
-    parts = path.split(".")
-    return parts[1] if len(parts) > 1 and parts[0] == "env" and parts[1] in MODES else "train"
-
-
-def probe_env(cfg: RootConfig, path: str) -> Any:
-    """Env worker 0, stage 0 of the runtime's plan: make_env, reset, one rollout epoch of chunks
-    with fixed actions, then the next epoch's reset (fresh or fixed reset states)."""
-    from embodied_rl.config.plan import chunk_steps_per_epoch
-    from embodied_rl.envs import make_env
-
-    mode = _env_mode(path)
-    env_cfg = getattr(cfg.env, mode)
-    per_stage, steps = probe_plan(cfg, path)[mode]
-    assert steps == chunk_steps_per_epoch(cfg, mode)
-    video_root = Path(env_cfg.video_cfg.video_base_dir).resolve()
-    if Path.cwd().resolve() in video_root.parents:  # never the walk directory itself ('' = cwd)
-        shutil.rmtree(video_root, ignore_errors=True)
-    env = make_env(env_cfg, per_stage, seed_offset=0, video_dir=env_cfg.video_cfg.video_base_dir, env_worker=0, stage=0)
-    try:
-        m = cfg.actor.model
-        t = np.linspace(-1.0, 1.0, per_stage * m.num_action_chunks * m.action_dim, dtype=np.float32)
-        actions = (0.8 * np.sin(7 * t)).reshape(per_stage, m.num_action_chunks, m.action_dim)
-        actions[..., -1] = np.abs(actions[..., -1])  # gripper in [0, 1]
-        env.begin_video(1, 1, mode, cfg.runner.experiment_name)
-        out: list[Any] = [env.reset()]
-        for _ in range(steps):
-            out.append(env.chunk_step(actions))
-        out.append(env.pop_metrics())
-        env.end_video()
-        out.append((env.reset(), env.reset_ids.copy()))
-    finally:
-        env.close()
-    out.append(files_under(video_root) if video_root.exists() else None)
-    return out
-
-
-def _expert_episodes(base: RootConfig) -> list[Any]:
-    """Two successful episodes of the real scripted expert in the walk base's train env,
-    recorded once by the demos recorder in a process of its own (the expert reads the
-    simulator's ground truth, which the pooled sub-envs keep to themselves). Before it, the
-    walk base's simulator is built for the env probes (both run while the first sections,
-    whose probes use one core, are walked)."""
-    from embodied_rl.envs import make_env
-
-    per_stage, _ = probe_plan(base, "env.train")["train"]
-    make_env(base.env.train, per_stage).close()  # kept by the shared simulators
-    from embodied_rl.demos.collect import collect
-    from embodied_rl.demos.sources import ProcessSource
-    from embodied_rl.demos.spec import DemoSpec
-
-    spec = DemoSpec.from_config(base)
-    spec = dataclasses.replace(spec, env_cfg=dataclasses.replace(spec.env_cfg, max_episode_steps=EXPERT_MAX_STEPS))
-    episodes: list[Any] = []
-    collect(ProcessSource(spec, 1), num_demos=4, seed_start=0, max_attempts=10, on_demo=episodes.append)
-    assert len(episodes) == 4, "the scripted expert solved fewer than 4 of 10 episodes"
-    return sorted(episodes, key=lambda e: e.length)[:2]  # the shortest: fewer steps to replay
-
-
-EXPERT_MAX_STEPS = 48
-_EXPERT: dict[str, Future] = {}
-
-
-def expert_episodes() -> list[Any]:
-    """The recorded expert episodes; the test starts recording in the background at its start."""
-    if "future" not in _EXPERT:
-        _EXPERT["future"] = ThreadPoolExecutor(1).submit(_expert_episodes, load_in(()))
-    return _EXPERT["future"].result()
-
-
-def probe_episode(cfg: RootConfig, path: str) -> Any:
-    """Episodes that really end: the scripted expert's recorded actions replayed from its reset
-    ids through make_env (success, terminations, auto-resets, metrics). The horizon is raised to
-    cover the expert's episodes and two steps more; the env probe covers max_episode_steps."""
-    from embodied_rl.envs import make_env
-
-    mode = _env_mode(path)
-    env_cfg = getattr(cfg.env, mode)
-    if env_cfg.env_type != _env_type((), "train"):
-        return None  # the expert's actions were recorded in the walk base's simulator
-    episodes = expert_episodes()
-    per_stage, _ = probe_plan(cfg, path)[mode]
-    c, a = cfg.actor.model.num_action_chunks, cfg.actor.model.action_dim
-    chunks = -(-(max(e.length for e in episodes) + 2) // c)
-    actions = np.zeros((per_stage, chunks * c, a), np.float32)
-    for i in range(per_stage):
-        rec = episodes[i % len(episodes)].policy_actions
-        if rec.shape[1] != a:
-            return ("expert actions have", rec.shape[1], "dims, the policy", a)
-        actions[i, :len(rec)], actions[i, len(rec):] = rec, rec[-1]
-    # The expert was recorded from training-split states; replaying them needs every split's
-    # ids (the env probe observes reset_id_split itself).
-    env_cfg = dataclasses.replace(env_cfg, max_episode_steps=max(env_cfg.max_episode_steps, chunks * c), reset_id_split="all")
-    env = make_env(env_cfg, per_stage, seed_offset=0, env_worker=0, stage=0)
-    try:
-        env.set_reset_ids([episodes[i % len(episodes)].reset_id for i in range(per_stage)])
-        out: list[Any] = [env.reset()]
-        out += [env.chunk_step(actions[:, k * c:(k + 1) * c]) for k in range(chunks)]
-        out.append(env.pop_metrics())
-    finally:
-        env.close()
-    return out
-
-
-def probe_ray(cfg: RootConfig, path: str) -> Any:
-    """The RayCluster of cluster.*, its placement, build_groups' channel wiring, and an
-    in-process RolloutWorker built with the arguments build_groups gives it."""
-    import ray
-
-    from embodied_rl.runtime import groups
-    from embodied_rl.workers.rollout_worker import RolloutWorker
-
-    c = cfg.cluster
-    cluster = ray_cluster(c)
-    try:
-        placement = cluster.placement(c.component_placement)
-        wiring = groups._wiring(cfg, run_id="walk")
-        try:
-            chans = {k: (ch.name, ch.queue_size) for k in ("obs", "actions", "trajectories") if (ch := getattr(wiring, k))}
-            worker = RolloutWorker(
-                dataclasses.replace(cfg.actor.model, model_path=cfg.rollout.model.model_path), wiring, rank=0, world_size=1,
-                **groups.rollout_worker_kwargs(cfg, placement["env"].num_processes))
-            # What the worker built (policies, reference, generator seed, served env ranks).
-            rollout = (worker.env_ranks, worker.generator.initial_seed(),
-                       sorted((k, type(v).__name__) for k, v in vars(worker).items() if v is not None))
-            worker.policy.close()  # an engine (rollout.backend) frees its memory here
-        finally:
-            for ch in {id(x): x for x in (wiring.obs, wiring.actions, wiring.trajectories) if x}.values():
-                ch.shutdown()
-        return (cluster.num_slots, cluster.slots_per_node, cluster.accelerator, ray.cluster_resources().get("CPU"),
-                {k: v.process_slots for k, v in placement.components.items()}, chans,
-                (wiring.obs_queue, wiring.action_queue, wiring.trajectory_queue), rollout)
-    except BaseException:
-        shutdown_ray()  # its state is unknown: the next probe starts afresh
-        raise
-
-
-_RAY: dict[str, Any] = {}
-_NAMESPACES = itertools.count()
-
-
-def ray_cluster(c) -> Any:
-    """The RayCluster of cluster settings `c`, kept while consecutive Ray probes ask for the same
-    settings (a Ray session takes seconds to start); other settings get a fresh session, and
-    any other probe ends it (config loading and planning read a running session's resources)."""
-    import ray
-
-    from embodied_rl.distributed.worker_group import RayCluster
-
-    key = repr(dataclasses.asdict(c))
-    if _RAY.get("key") != key:
-        shutdown_ray()
-        if ray.is_initialized():
-            ray.shutdown()
-        _RAY["cluster"] = RayCluster(address=c.address, num_nodes=c.num_nodes, num_cpu_slots=c.num_cpu_slots, wait_nodes_s=3.0)
-        _RAY["key"] = key
-    return _RAY["cluster"]
-
-
-@functools.cache
-def _base_cluster() -> Any:
-    base = load_in(())
-    assert not isinstance(base, Outcome), base.summary
-    return base.cluster
-
-
-def shutdown_ray() -> None:
-    import ray
-
-    _RAY.pop("key", None)
-    cluster = _RAY.pop("cluster", None)
-    if cluster is not None:
-        cluster.shutdown()
-    if ray.is_initialized():
-        ray.shutdown()
-
-
-def probe_subproc(cfg: RootConfig, path: str) -> Any:
-    """env.<mode>.subproc on the real SubprocBackend/SubprocEnvPool (what the ManiSkill CPU and
-    LIBERO backends build from it), hosting a millisecond SubEnv (schema_walk_subenv.py): start,
-    reset, and 5 steps in which sub-env 0's simulator raises on steps 1-3 (the one shared failure
-    context: restarts, failed flags, max_restarts). The SubEnv reports whether a fork server
-    started it. Why not ManiSkill: a deadline change rebuilds children, 5-20 s each, up to
-    max_restarts times; the env probe still covers ManiSkill with the shipped deadlines."""
-    from embodied_rl.envs.subproc_backend import SubprocBackend
-    from tests.schema_walk_subenv import CounterFactory
-
-    env_cfg = getattr(cfg.env, path.split(".")[1])
-    backend = SubprocBackend(CounterFactory(os.getpid()), 2, options=env_cfg.subproc)
-    try:
-        out: list[Any] = [backend.reset([0, 1], [7, 8])]
-        for t in range(5):
-            actions = np.array([[-1.0 if t < 3 else 1.0, t], [1.0, t]], np.float32)
-            out.append(backend.step(actions))
-        return out, backend.pool.num_restarts
-    finally:
-        backend.close()
-
-
-def probe_names(cfg: RootConfig, path: str) -> Any:
-    """Names of the Ray actors a WorkerGroup per component gets from its section's group_name,
-    read back from Ray, started as build_groups starts them (a namespace of the run's own) on
-    the RayCluster of cluster.*. Covers the naming, not which key build_groups passes (starting
-    the real workers is the e2e tests' job). Its own probe: the actors cost seconds on every start."""
-    c = cfg.cluster
-    cluster = ray_cluster(c)
-    try:
-        return _actor_names(cfg, cluster, cluster.placement(c.component_placement))
-    except BaseException:
-        shutdown_ray()
-        raise
-
-
-def _actor_names(cfg: RootConfig, cluster, placement) -> list[str]:
-    import ray
-
-    from embodied_rl.distributed.worker_group import WorkerGroup
-
-    class Named:  # the smallest Ray actor; local, so Ray ships it by value (workers lack tests/)
-        def __init__(self, rank: int, world_size: int) -> None:
-            pass
-
-        def ping(self) -> int:
-            return 0
-
-    ns = f"schema-walk-{os.getpid()}-{next(_NAMESPACES)}"  # a namespace per probe: no stale names
-    started = []
-    try:
-        for component in ("env", "rollout", "actor"):
-            started.append(WorkerGroup(Named, cluster, placement, component, namespace=ns,
-                                       name=getattr(cfg, component).group_name))
-            started[-1].ping().wait(120)
-        return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == ns)
-    finally:
-        for group in started:
-            group.shutdown()
-
-
-def probe_rundir(cfg: RootConfig, path: str) -> Any:
-    """What MetricsLogger writes for one step (files and console), timestamps masked, and the
-    project and run name of its wandb run (offline: tests/conftest.py sets WANDB_MODE)."""
-    import re
-
-    from embodied_rl.runtime.metrics_logger import MetricsLogger
-
-    # The probe runs in its own directory, emptied before and after, so that the relative
-    # log paths of the configs land inside it.
-    root = Path.cwd() / "rundir"
-    root.mkdir(exist_ok=True)
-    _empty(root)
-    here = Path.cwd()
-    os.chdir(root)
-    try:
-        with quiet() as out, MetricsLogger(cfg.runner.logger, cfg.runner.logger.log_path, total_steps=cfg.runner.max_steps,
-                                           config=to_dict(cfg), stream=None) as logger:
-            logger.log(1, {"env/success_once": 0.5, "train/actor/total_loss": 1.0})
-        # wandb's own files vary from run to run (written by its service process): observed
-        # as its directory here, and through its run record below.
-        names = sorted({re.sub(r"\d{6,}.*|(?<=wandb)/.*", "<t>", str(p.relative_to(root)))
-                        for p in root.rglob("*") if p.is_file()})
-        jsonl = [p.read_text() for p in root.rglob("metrics.jsonl")]
-        console = re.sub(r"\d+(\.\d+)?\s*(s|it/s|ms)\b|\d\d:\d\d(:\d\d)?", "<t>", out.getvalue())
-        return names, [re.sub(r'"time": [0-9.e+-]+', "", j) for j in jsonl], console, wandb_runs(root)
-    finally:
-        os.chdir(here)
-        _empty(root)
-
-
-def _empty(root: Path) -> None:
-    for p in root.iterdir():
-        shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
-
-
-PROBES: dict[str, Callable[[RootConfig, str], Any]] = {
-    "algorithm": probe_algorithm, "plan": probe_plan, "rundir": probe_rundir, "model": probe_model,
-    "env": probe_env, "actor": probe_actor, "ray": probe_ray, "subproc": probe_subproc,
-    "names": probe_names, "episode": probe_episode,
-}
-
-# Consumers of each section, cheapest first (a key is routed by its longest matching prefix).
-ROUTES: dict[str, tuple[str, ...]] = {
-    "cluster": ("plan", "env", "ray"),
-    "runner": ("rundir", "plan", "actor"),
-    "algorithm": ("algorithm", "plan", "model", "actor"),
-    "algorithm.sampling_params": ("model",),
-    "env": ("ray",),
-    "env.train": ("plan", "env", "episode"),
-    "env.eval": ("plan", "env", "episode"),
-    # The cheap pool first: the env probe rebuilds ManiSkill children on every deadline change.
-    "env.train.subproc": ("subproc", "env"),
-    "env.eval.subproc": ("subproc", "env"),
-    "rollout": ("plan", "env", "model", "ray"),
-    "actor": ("plan", "actor", "ray"),
-    "actor.model": ("model", "actor"),
-    "data": ("plan",),
-    "env.group_name": ("names",), "rollout.group_name": ("names",), "actor.group_name": ("names",),
-}
-
-
-def route(path: str) -> tuple[str, ...]:
-    parts = path.split(".")
-    for n in range(len(parts), 0, -1):
-        if ".".join(parts[:n]) in ROUTES:
-            return ROUTES[".".join(parts[:n])]
-    raise KeyError(f"no probe route for {path}")
-
-
-def section_of(path: str) -> str:
-    """The parent section whose switches form a key's contexts."""
-    parts = path.split(".")
-    if parts[0] == "env" and len(parts) > 2 and parts[1] in ("train", "eval"):
-        return ".".join(parts[:2])
-    return parts[0] if parts[0] != "actor" or len(parts) < 3 else ".".join(parts[:2])
-
 
 # ============================================================================ the walk
 
 # The other experiment configs are contexts too (e.g. GRPO settings span several sections).
 OTHER_EXPERIMENTS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "configs").glob("*.yaml") if p.stem != BASE)
-MODES = ("train", "eval")
 # Switches named like a key (is_lora for lora_rank) tried before the other experiments.
 MAX_NAMED_SWITCHES = 2
-# Set in every env mode that runs the simulator, whichever env config the context picked: small
-# images, and settings that let train and eval share one simulator.
-SIM_SETTINGS: dict[str, dict[str, Any]] = {
-    # A robot with a hand camera, so the wrist-camera keys have something to select.
-    "maniskill": {"camera_heights": 32, "camera_widths": 32, "reward_mode": "normalized_dense", "robot_uids": "panda_wristcam"},
-    # One task (a sub-env builds a task's scene on first use), no settle steps.
-    "libero": {"camera_heights": 32, "camera_widths": 32, "task_ids": [0], "num_steps_wait": 0},
-}
-# The walk base of a key in another simulator's init_params: an experiment config running it.
-SIM_BASE = {"libero": "libero_grpo_tiny"}
 # Contexts of the world rather than of a key, for keys routed to a probe: a first run, before the
 # model exists (set by the test, under the walk directory).
 WORLD_CONTEXTS: dict[str, list[tuple[str, ...]]] = {}
-_ENV_PICK = re.compile(r"^env\.(train|eval)=")
-
-
-def _split(ctx: tuple[str, ...]) -> tuple[str, list[str]]:
-    """(experiment, overrides) of a context; '@<name>' picks another experiment config."""
-    names = [c[1:] for c in ctx if c.startswith("@")]
-    return (names[0] if names else BASE), [c for c in ctx if not c.startswith("@")]
-
-
-@functools.cache
-def _sim_overrides(ctx: tuple[str, ...]) -> tuple[str, ...]:
-    """SIM_SETTINGS of the simulator each env mode runs in this context."""
-    name, ctx_ov = _split(ctx)
-    tree = compose(name, [*BASE_OVERRIDES, *(c for c in ctx_ov if _ENV_PICK.match(c))])
-    out: list[str] = []
-    for mode in MODES:
-        env = tree["env"][mode]
-        sim, params = env.get("env_type"), env.get("init_params") or {}
-        out += [override(f"env.{mode}.init_params.{k}", v, k in params) for k, v in SIM_SETTINGS.get(sim, {}).items()]
-    return tuple(out)
-
-
-def _overrides(ctx: tuple[str, ...], *extra: str) -> tuple[str, list[str]]:
-    name, ctx_ov = _split(ctx)
-    try:
-        sim = list(_sim_overrides(ctx))
-    except ConfigError:  # a context that does not compose: load_config reports it
-        sim = []
-    return name, [*BASE_OVERRIDES, *sim, *ctx_ov, *extra]
-
-
-def load_in(ctx: tuple[str, ...], *extra: str) -> RootConfig | Outcome:
-    """Load the walk base (or '@<experiment>') with the context's and the change's overrides."""
-    return try_load(*_overrides(ctx, *extra))
-
-
-@functools.cache
-def _tree(ctx: tuple[str, ...]) -> dict:
-    return compose(*_overrides(ctx))
-
-
-def _env_type(ctx: tuple[str, ...], mode: str) -> str | None:
-    try:
-        return _tree(ctx)["env"][mode]["env_type"]
-    except ConfigError:
-        return None
-
-
-def present(ctx: tuple[str, ...], path: str) -> bool:
-    """Whether a key exists in the context's composed tree (else `+key=` adds it)."""
-    node: Any = _tree(ctx)
-    for part in path.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return False
-        node = node[part]
-    return True
-
 
 @dataclasses.dataclass
 class Verdict:
@@ -744,7 +186,7 @@ class Walker:
             return leaf.sim
         parts = leaf.path.split(".")
         mode = parts[1] if parts[0] == "env" and len(parts) > 2 and parts[1] in MODES else "train"
-        return _env_type((), mode)
+        return env_type_in((), mode)
 
     def base_context(self, leaf: Leaf) -> tuple[str, ...]:
         """The walk base, or for another simulator's init_params key, an experiment running it."""
@@ -777,17 +219,14 @@ class Walker:
         out += named
         for name in [BASE, *OTHER_EXPERIMENTS]:
             ctx = () if name == BASE else (f"@{name}",)
-            if ctx != base_ctx and (not section.startswith("env.") or _env_type(ctx, mode) == sim):
+            if ctx != base_ctx and (not section.startswith("env.") or env_type_in(ctx, mode) == sim):
                 out.append((ctx, None))
         out += [ctx for ctx in switches if ctx not in named]
         budget = max(MAX_CONTEXTS[p] for p in route(leaf.path))
         return out[: budget + 1]
 
     def judge(self, leaf: Leaf) -> Verdict:
-        # A Ray session of the walk base's cluster settings may stay for the next key's Ray
-        # probes: configs load the same with it (same slots). Any other goes.
-        if _RAY.get("key") != repr(dataclasses.asdict(_base_cluster())):
-            shutdown_ray()
+        end_ray_unless_base()
         verdict = self._judge(leaf)
         return dataclasses.replace(verdict, path=f"{leaf.path} ({leaf.sim})") if leaf.sim else verdict
 
@@ -907,7 +346,7 @@ def test_every_key_is_live(walk_dir: Path, shared_simulators):
         import ray  # noqa: F401 - imported here, not half-imported by the thread while a load checks it
 
         probe_plan(base, "env.train")  # the same for the modules the thread imports
-        _EXPERT["future"] = ThreadPoolExecutor(1).submit(_expert_episodes, base)
+        EXPERT["future"] = ThreadPoolExecutor(1).submit(expert_episodes_of, base)
     verdicts = []
     t_walk = time.perf_counter()
     for leaf in walked:

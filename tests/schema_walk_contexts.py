@@ -1,0 +1,93 @@
+"""Contexts of tests/test_schema_walk.py: the walk base (a small maniskill_ppo_tiny), the
+simulator settings every context gets, and loading a config in a context (a tuple of overrides,
+'@<name>' picking another experiment config). Not a test module."""
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+from embodied_rl.config.loader import compose
+from embodied_rl.config.schema import RootConfig
+from embodied_rl.errors import ConfigError
+from tests.schema_walk_probes import Outcome, override, try_load
+
+BASE = "maniskill_ppo_tiny"
+# Small and fast, and chosen so every consumer runs: 2 env workers x 2 sub-envs, episodes
+# of 6 steps (2 chunks of 4, truncated inside the second), 8 samples = one global batch. Image
+# sizes and simulator settings: SIM_SETTINGS below. The test appends the walk's model path.
+BASE_OVERRIDES = [
+    "cluster.num_cpu_slots=2", "rollout.pipeline_stage_num=1",
+    "env.train.total_num_envs=4", "env.eval.total_num_envs=4",
+    "env.train.max_episode_steps=6", "env.eval.max_episode_steps=6", "actor.model.num_action_chunks=4",
+    "actor.micro_batch_size=4", "actor.global_batch_size=8",
+    "actor.model.create_preset.image_size=56", "runner.output_dir=runs",
+]
+
+MODES = ("train", "eval")
+# Set in every env mode that runs the simulator, whichever env config the context picked: small
+# images, and settings that let train and eval share one simulator.
+SIM_SETTINGS: dict[str, dict[str, Any]] = {
+    # A robot with a hand camera, so the wrist-camera keys have something to select.
+    "maniskill": {"camera_heights": 32, "camera_widths": 32, "reward_mode": "normalized_dense", "robot_uids": "panda_wristcam"},
+    # One task (a sub-env builds a task's scene on first use), no settle steps.
+    "libero": {"camera_heights": 32, "camera_widths": 32, "task_ids": [0], "num_steps_wait": 0},
+}
+# The walk base of a key in another simulator's init_params: an experiment config running it.
+SIM_BASE = {"libero": "libero_grpo_tiny"}
+_ENV_PICK = re.compile(r"^env\.(train|eval)=")
+
+
+def _split(ctx: tuple[str, ...]) -> tuple[str, list[str]]:
+    """(experiment, overrides) of a context; '@<name>' picks another experiment config."""
+    names = [c[1:] for c in ctx if c.startswith("@")]
+    return (names[0] if names else BASE), [c for c in ctx if not c.startswith("@")]
+
+
+@functools.cache
+def _sim_overrides(ctx: tuple[str, ...]) -> tuple[str, ...]:
+    """SIM_SETTINGS of the simulator each env mode runs in this context."""
+    name, ctx_ov = _split(ctx)
+    tree = compose(name, [*BASE_OVERRIDES, *(c for c in ctx_ov if _ENV_PICK.match(c))])
+    out: list[str] = []
+    for mode in MODES:
+        env = tree["env"][mode]
+        sim, params = env.get("env_type"), env.get("init_params") or {}
+        out += [override(f"env.{mode}.init_params.{k}", v, k in params) for k, v in SIM_SETTINGS.get(sim, {}).items()]
+    return tuple(out)
+
+
+def _overrides(ctx: tuple[str, ...], *extra: str) -> tuple[str, list[str]]:
+    name, ctx_ov = _split(ctx)
+    try:
+        sim = list(_sim_overrides(ctx))
+    except ConfigError:  # a context that does not compose: load_config reports it
+        sim = []
+    return name, [*BASE_OVERRIDES, *sim, *ctx_ov, *extra]
+
+
+def load_in(ctx: tuple[str, ...], *extra: str) -> RootConfig | Outcome:
+    """Load the walk base (or '@<experiment>') with the context's and the change's overrides."""
+    return try_load(*_overrides(ctx, *extra))
+
+
+@functools.cache
+def _tree(ctx: tuple[str, ...]) -> dict:
+    return compose(*_overrides(ctx))
+
+
+def env_type_in(ctx: tuple[str, ...], mode: str) -> str | None:
+    try:
+        return _tree(ctx)["env"][mode]["env_type"]
+    except ConfigError:
+        return None
+
+
+def present(ctx: tuple[str, ...], path: str) -> bool:
+    """Whether a key exists in the context's composed tree (else `+key=` adds it)."""
+    node: Any = _tree(ctx)
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
