@@ -110,8 +110,27 @@ def test_metrics_names():
         old_values=torch.randn(B, K), returns=torch.randn(B, K), ref_logprobs=-torch.rand(B, L))
     for name in ("actor/policy_loss", "actor/clip_fraction", "actor/approx_kl", "actor/ratio_mean", "actor/ratio_max",
                  "actor/dual_clip_fraction", "actor/entropy", "actor/kl_loss", "critic/value_loss",
-                 "critic/value_clip_fraction", "critic/explained_variance", "actor/skipped"):
+                 "critic/value_clip_fraction", "critic/explained_variance", "actor/skipped", "actor/left_support_fraction"):
         assert isinstance(m[name], float), name
+
+
+def test_tokens_that_left_the_top_k_support_are_counted_and_get_no_gradient():
+    """A sampled bin that falls out of the top-k after an update has log-prob -inf under the
+    processed logits: it is counted, and the loss cannot push it back (zero gradient)."""
+    from embodied_rl.models.openvla_oft.sampling import process_logits, token_logprobs
+
+    old_logits = torch.tensor([[[3.0, 2.0, 1.0, 0.0]]])  # bins 0-2 in the top 3; bin 2 sampled
+    new_logits = torch.tensor([[[3.0, 2.0, 0.5, 1.0]]], requires_grad=True)  # bin 3 overtook bin 2
+    token = torch.tensor([[2]])
+    old_lp = token_logprobs(process_logits(old_logits, 1.0, 3), token)
+    new_lp = token_logprobs(process_logits(new_logits, 1.0, 3), token)
+    assert torch.isfinite(old_lp).all() and torch.isinf(new_lp).all()
+    loss, m = compute_actor_critic_loss(AlgorithmConfig(), logprobs=torch.cat([new_lp, old_lp], -1),
+                                        old_logprobs=torch.cat([old_lp, old_lp], -1).detach(),
+                                        advantages=torch.ones(1, 2), loss_mask=torch.ones(1, 2, dtype=torch.bool))
+    assert m["actor/left_support_fraction"] == 0.5
+    loss.backward()
+    assert new_logits.grad[0, 0, 2] == 0.0
 
 
 def test_running_reward_stats_match_global_and_roundtrip():

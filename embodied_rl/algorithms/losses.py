@@ -143,6 +143,8 @@ def compute_actor_critic_loss(
         "actor/approx_kl": masked_mean(pg["ratio"] - 1.0 - pg["log_ratio"], pg_mask).item(),
         "actor/ratio_mean": ratio_valid.mean().item() if ratio_valid.numel() else 1.0,
         "actor/ratio_max": ratio_valid.max().item() if ratio_valid.numel() else 1.0,
+        # Tokens a top-k policy no longer samples (log-prob -inf): their gradient is zero.
+        "actor/left_support_fraction": masked_mean(torch.isinf(logprobs).float(), mask).item(),
     }
     if entropy is not None:
         egroup = _GROUP[cfg.entropy_type](action_dim, num_tokens)
