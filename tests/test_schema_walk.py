@@ -1,9 +1,9 @@
 """Schema walk: every config key, changed on its own, is either rejected or changes what runs.
 
 Part of the default suite (marked slow). The probes are in schema_walk_learning_probes.py and
-schema_walk_runtime_probes.py, the walk base and its contexts in schema_walk_contexts.py. Alone: `python -m pytest tests/test_schema_walk.py -s`
-(prints a verdict per key and the seconds per probe); `SCHEMA_WALK_ONLY=env.train.seed,runner`
-walks only the keys under those prefixes.
+schema_walk_runtime_probes.py, the walk base and its contexts in schema_walk_contexts.py.
+Alone: `python -m pytest tests/test_schema_walk.py -s` (prints a verdict per key and the seconds
+per probe); `SCHEMA_WALK_ONLY=env.train.seed,runner` walks only the keys under those prefixes.
 
 Why a walk and not a test per key: a test per key is only as complete as its author's list,
 and a key nobody listed (or a consumer line somebody deleted) goes unnoticed. The walk derives
