@@ -45,6 +45,7 @@ from embodied_rl.runtime import checkpoint as ckpt
 from embodied_rl.runtime.graceful_stop import GracefulStop
 from embodied_rl.runtime.groups import Groups, build_groups
 from embodied_rl.runtime.metrics_logger import MetricsLogger
+from embodied_rl.runtime.reset_ids_record import record_reset_ids
 from embodied_rl.runtime.worker_metrics import combine_worker_metrics, merge_env_metrics
 from embodied_rl.timing import Timer
 from embodied_rl.types import EpisodeOutcome
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
     from embodied_rl.evaluation.compare import PolicySource
 
 log = logging.getLogger(__name__)
-RESET_IDS_FILE = "reset_ids.json"
 
 
 class EmbodiedRunner:
@@ -203,7 +203,8 @@ class EmbodiedRunner:
         with timer("eval"):
             metrics, outcomes = self._evaluate_scorings(episodes)
         metrics.update(timer.metrics("time/"))
-        self._record_reset_ids()
+        record_reset_ids(self.run_dir, self.groups.env.used_reset_ids().wait(),
+                         {mode: getattr(self.cfg.env, mode).reset_id_split for mode in ("train", "eval")})
         return metrics, outcomes
 
     def _evaluate_scorings(self, episodes: bool) -> tuple[dict[str, float], dict[str, list[tuple[int, EpisodeOutcome]]]]:
@@ -245,19 +246,6 @@ class EmbodiedRunner:
         n = env_cfg.total_num_envs
         ids = [space[i] for i in spread_reset_ids(len(space), n * epochs, env_cfg.group_size)]
         return [ids[k * n:(k + 1) * n] for k in range(epochs)]
-
-    def _record_reset_ids(self) -> None:
-        """reset_ids.json: per mode, its split and every reset id an episode started from (kept
-        across resumes: the file's ids are merged in)."""
-        path = self.run_dir / RESET_IDS_FILE
-        before = json.loads(path.read_text()) if path.is_file() else {}
-        used: dict[str, set[int]] = {mode: set(entry["ids"]) for mode, entry in before.items()}
-        for part in self.groups.env.used_reset_ids().wait():
-            for mode, ids in part.items():
-                used.setdefault(mode, set()).update(ids)
-        record = {mode: {"reset_id_split": getattr(self.cfg.env, mode).reset_id_split, "num_ids": len(ids), "ids": sorted(ids)}
-                  for mode, ids in sorted(used.items())}
-        path.write_text(json.dumps(record) + "\n")
 
     # ------------------------------------------------------------------ loops
     def train(self) -> int:
@@ -379,7 +367,8 @@ class EmbodiedRunner:
                 ckpt.write_dataset_statistics(tmp, self.dataset_statistics)
             ckpt.write_runner_state(tmp, global_step=self.global_step, weight_version=self.version,
                                     config_yaml=to_yaml(self.cfg), extra=extra)
-        self._record_reset_ids()
+        record_reset_ids(self.run_dir, self.groups.env.used_reset_ids().wait(),
+                         {mode: getattr(self.cfg.env, mode).reset_id_split for mode in ("train", "eval")})
         path = ckpt.latest_checkpoint(self.run_dir)
         log.info("checkpoint: %s", path)
         return path
