@@ -14,6 +14,8 @@ from typing import Protocol
 
 from embodied_rl.demos.recorder import DemoRecorder, EpisodeRecord, RecorderInfo
 from embodied_rl.demos.spec import DemoSpec
+from embodied_rl.envs.maniskill.sub_env import ManiSkillSubEnvFactory
+from embodied_rl.envs.subproc_pool import preload_in_fork_server
 from embodied_rl.errors import UserError
 
 _POLL_S = 2.0
@@ -80,6 +82,8 @@ class ProcessSource:
             raise UserError(f"--workers must be >= 1, got {workers}")
         self.spec, self.workers = spec, workers
         self.ctx = mp.get_context(start_method)
+        if start_method == "forkserver":
+            preload_in_fork_server([__name__, *ManiSkillSubEnvFactory.preload])  # the expert's simulator
         self.info: RecorderInfo | None = None
 
     def episodes(self, reset_ids: Iterator[int]) -> Iterator[EpisodeRecord]:

@@ -5,7 +5,7 @@ import contextlib
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -92,6 +92,8 @@ class ManiSkillSubEnvFactory:
 
     params: ManiSkillParams
     instruction: str
+    #: imported once by the pool's fork server (subproc_pool): most of a sub-env's import time
+    preload: ClassVar[tuple[str, ...]] = ("mani_skill.envs",)
 
     def __call__(self, rank: int) -> ManiSkillSubEnv:
         return ManiSkillSubEnv(self.params, self.instruction)
