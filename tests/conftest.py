@@ -17,11 +17,16 @@ import pytest
 # package first: importing embodied_rl installs its import hook (embodied_rl/_compat.py), which
 # must be in place before anything imports torchvision or timm.
 import embodied_rl  # noqa: F401
+from embodied_rl.envs.maniskill.sub_env import ManiSkillSubEnvFactory
+from embodied_rl.envs.subproc_pool import preload_in_fork_server
 from embodied_rl.process_env import configure_process_env
 
 pytest_plugins = ["tests.ray_fixtures"]
 
 configure_process_env()
+# The in-process sub-env pools of the whole session fork from one server, started by whichever
+# test comes first: have it import the simulator most tests run.
+preload_in_fork_server([ManiSkillSubEnvFactory.__module__, *ManiSkillSubEnvFactory.preload])
 # Tests never talk to the wandb service or wait on a prompt.
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")

@@ -112,9 +112,9 @@ def probe_model(cfg: RootConfig, path: str) -> Any:
             for mode, spec in sampling_specs(cfg).items():
                 gen = torch.Generator().manual_seed(1)
                 o = rollout.predict(inputs, do_sample=spec.do_sample, temperature=spec.temperature, top_k=spec.top_k,
-                                    compute_values=cfg.algorithm.uses_critic, generator=gen)
+                                    logprob_top_k=spec.logprob_top_k, compute_values=cfg.algorithm.uses_critic, generator=gen)
                 ev = actor.evaluate_actions(o.forward_inputs, o.action_tokens, temperature=sp.temperature_train,
-                                            top_k=sp.top_k or 0, compute_values=cfg.algorithm.uses_critic)
+                                            top_k=sp.logprob_top_k, compute_values=cfg.algorithm.uses_critic)
                 out[mode] = (o.actions, o.action_tokens, o.logprobs, o.values, o.forward_inputs, ev)
         out["training"] = _training_signal(actor, o, cfg)
         return out
@@ -141,7 +141,7 @@ def _training_signal(policy, predicted, cfg: RootConfig) -> Any:
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             ev = policy.evaluate_actions(predicted.forward_inputs, predicted.action_tokens, temperature=sp.temperature_train,
-                                         top_k=sp.top_k or 0, compute_values=cfg.algorithm.uses_critic)
+                                         top_k=sp.logprob_top_k, compute_values=cfg.algorithm.uses_critic)
         loss = ev["logprobs"].float().sum()
         if ev.get("values") is not None:
             loss = loss + ev["values"].float().sum()

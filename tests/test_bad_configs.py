@@ -67,6 +67,8 @@ CASES: list[tuple[str, list[str], str]] = [
     ("train", ["algorithm.gamma=1.5"], "algorithm.gamma=1.5 must be in [0, 1]"),
     ("train", ["algorithm.kl_penalty=full", "algorithm.kl_beta=0.1"], "kl_penalty"),
     ("eval", ["algorithm.sampling_params.eval_scoring=[greedy, greedy]"], "algorithm.sampling_params.eval_scoring=[greedy, greedy] repeats a scoring"),
+    ("train", ["algorithm.sampling_params.top_k=null", "algorithm.sampling_params.logprobs_over=all_bins"],
+     "algorithm.sampling_params.logprobs_over=all_bins only differs from top_k when top_k is set"),
     ("train", ["algorithm.use_kl_loss=true", "algorithm.kl_loss_coef=0"], "kl_loss_coef"),
     ("train", ["runner.critic_warmup=20", "runner.max_steps=20"], "runner.critic_warmup=20 leaves no policy update in runner.max_steps=20"),
     ("train", ["runner.critic_warmup=2", "algorithm.adv_type=grpo", "algorithm.group_size=2", "env.train.group_size=2",

@@ -108,6 +108,25 @@ def test_rollout_logprobs_equal_rescored(policy, temperature, top_k):
     torch.testing.assert_close(out.actions, centres, atol=1e-6, rtol=0)
 
 
+def test_top_k_samples_scored_over_all_bins(policy):
+    """logprobs_over=all_bins: tokens come from the top k, their log-probs (rollout and rescored
+    alike) from the temperature-scaled policy over all bins, finite where top-k's are -inf."""
+    inputs = policy.prepare_inputs(_obs())
+    with torch.no_grad():
+        out = policy.predict(inputs, do_sample=True, temperature=0.5, top_k=3, logprob_top_k=0,
+                             generator=torch.Generator().manual_seed(3))
+        logits, _ = policy.vla(inputs["input_ids"], inputs["attention_mask"], policy.pixel_values(inputs), 56, None, True)
+    assert (logits.topk(3, dim=-1).indices == out.action_tokens.unsqueeze(-1)).any(-1).all()
+    full = torch.log_softmax(logits.float() / 0.5, -1).gather(-1, out.action_tokens.unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(out.logprobs, full, atol=1e-5, rtol=1e-5)
+    ev = policy.evaluate_actions(out.forward_inputs, out.action_tokens, temperature=0.5, top_k=0)
+    torch.testing.assert_close(ev["logprobs"], out.logprobs, atol=1e-6, rtol=1e-6)
+    # A sampled bin outside the top 1 has no probability under top-k = 1, but keeps one over all bins.
+    top1 = S.token_logprobs(S.process_logits(logits, 0.5, 1), out.action_tokens)
+    moved = out.action_tokens != logits.argmax(-1)
+    assert moved.any() and torch.isinf(top1[moved]).all() and torch.isfinite(out.logprobs).all()
+
+
 def test_greedy_is_deterministic_and_the_mode(policy):
     inputs = policy.prepare_inputs(_obs())
     with torch.no_grad():
@@ -118,3 +137,15 @@ def test_greedy_is_deterministic_and_the_mode(policy):
     assert torch.equal(a.action_tokens, logits.argmax(-1))
     # Greedy still reports the log-prob of the chosen token (the maximum one).
     torch.testing.assert_close(a.logprobs, torch.log_softmax(logits, -1).max(-1).values, atol=1e-6, rtol=0)
+
+
+def test_logprobs_over_sets_the_training_rollouts_scoring_only():
+    from embodied_rl.configure import load_config
+    from embodied_rl.runtime.groups import sampling_specs
+
+    for over, train_k in (("top_k", 3), ("all_bins", 0)):
+        cfg = load_config("maniskill_ppo_tiny", ["algorithm.sampling_params.top_k=3", f"algorithm.sampling_params.logprobs_over={over}"],
+                          plan=False)
+        specs = sampling_specs(cfg)
+        assert (specs["train"].top_k, specs["train"].logprob_top_k, cfg.algorithm.sampling_params.logprob_top_k) == (3, train_k, train_k)
+        assert (specs["sampled"].top_k, specs["sampled"].logprob_top_k) == (3, 3)

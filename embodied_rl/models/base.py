@@ -55,10 +55,12 @@ class BasePolicy(nn.Module):
         """Processor: images (+wrist), instructions (+states) -> batch-first model inputs (on CPU)."""
 
     def predict(self, inputs: dict[str, torch.Tensor], *, do_sample: bool, temperature: float = 1.0, top_k: int = 0,
-                compute_values: bool = True, generator: torch.Generator | None = None) -> PolicyOutput:
-        """One forward pass producing a chunk of actions (call under torch.no_grad for rollouts)."""
+                logprob_top_k: int | None = None, compute_values: bool = True,
+                generator: torch.Generator | None = None) -> PolicyOutput:
+        """One forward pass producing a chunk of actions (call under torch.no_grad for rollouts);
+        tokens drawn with `top_k`, their log-probs under `logprob_top_k` (None: the same)."""
         return self(inputs, mode="predict", do_sample=do_sample, temperature=temperature, top_k=top_k,
-                    compute_values=compute_values, generator=generator)
+                    logprob_top_k=logprob_top_k, compute_values=compute_values, generator=generator)
 
     def evaluate_actions(self, inputs: dict[str, torch.Tensor], action_tokens: torch.Tensor, *, temperature: float = 1.0,
                          top_k: int = 0, compute_values: bool = True) -> dict[str, torch.Tensor]:

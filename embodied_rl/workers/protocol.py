@@ -105,6 +105,7 @@ class SamplingSpec:
     do_sample: bool = True
     temperature: float = 1.0
     top_k: int = 0  # 0 = all 256 bins
+    logprob_top_k: int = 0  # the top_k of the recorded log-probs (algorithm.sampling_params.logprobs_over)
 
 
 @dataclass

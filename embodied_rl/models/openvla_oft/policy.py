@@ -201,16 +201,17 @@ class OpenVLAOFTPolicy(BasePolicy):
         return self.value_head(inputs["privileged"].to(weight.device, weight.dtype)).float()
 
     def _predict(self, inputs: dict[str, torch.Tensor], *, do_sample: bool, temperature: float, top_k: int,
-                 compute_values: bool = True, generator: torch.Generator | None = None) -> PolicyOutput:
+                 logprob_top_k: int | None = None, compute_values: bool = True,
+                 generator: torch.Generator | None = None) -> PolicyOutput:
         logits, values = self._logits_and_values(inputs, compute_values)
-        processed = S.process_logits(logits, temperature, top_k)
-        tokens = S.sample_tokens(processed, do_sample, generator)
+        tokens, logprobs, entropy = S.sample_and_score(logits, do_sample=do_sample, temperature=temperature, top_k=top_k,
+                                                       logprob_top_k=logprob_top_k, generator=generator)
         normed = self.action_tokenizer.decode(tokens).view(tokens.shape[0], self.model_cfg.num_action_chunks, self.model_cfg.action_dim)
         return PolicyOutput(
             actions=self.action_norm.unnormalize(normed),
             action_tokens=tokens,
-            logprobs=S.token_logprobs(processed, tokens),
-            entropy=S.token_entropy(processed),
+            logprobs=logprobs,
+            entropy=entropy,
             values=values,
             forward_inputs=dict(inputs),
         )

@@ -34,6 +34,17 @@ def token_logprobs(processed: torch.Tensor, tokens: torch.Tensor) -> torch.Tenso
     return torch.log_softmax(processed, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
+def sample_and_score(logits: torch.Tensor, *, do_sample: bool, temperature: float, top_k: int, logprob_top_k: int | None,
+                     generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """[B, T, K] logits -> (tokens int64 [B, T], logprobs [B, T], entropy [B, T]): tokens drawn
+    with `top_k`, scored under `logprob_top_k` (None: the same policy they were drawn from)."""
+    processed = process_logits(logits, temperature, top_k)
+    tokens = sample_tokens(processed, do_sample, generator)
+    if logprob_top_k is not None and logprob_top_k != top_k:
+        processed = process_logits(logits, temperature, logprob_top_k)
+    return tokens, token_logprobs(processed, tokens), token_entropy(processed)
+
+
 def token_entropy(processed: torch.Tensor) -> torch.Tensor:
     """Entropy [B, T] of each token's categorical; top-k-masked bins (p = 0) contribute 0."""
     logp = torch.log_softmax(processed, dim=-1)

@@ -234,7 +234,7 @@ class ActorWorker:
         sp = algo.sampling_params
         out = self.policy.evaluate_actions(
             mb["forward_inputs"], mb["action_tokens"], temperature=sp.temperature_train,
-            top_k=sp.top_k or 0, compute_values=algo.uses_critic,
+            top_k=sp.logprob_top_k, compute_values=algo.uses_critic,
         )
         critic = algo.uses_critic
         loss, metrics = compute_actor_critic_loss(

@@ -153,17 +153,18 @@ class VLLMOpenVLAOFT:
     # ---------------------------------------------------------------- predict
     @torch.no_grad()
     def predict(self, inputs: dict[str, torch.Tensor], *, do_sample: bool = True, temperature: float = 1.0, top_k: int = 0,
-                compute_values: bool = True, generator: torch.Generator | None = None) -> PolicyOutput:
+                logprob_top_k: int | None = None, compute_values: bool = True,
+                generator: torch.Generator | None = None) -> PolicyOutput:
         logits, hidden = self.logits_and_hidden(inputs)
         values = None
         if compute_values and self.host.value_head is not None:
             values = self.host.critic_values(hidden, inputs)
-        processed = S.process_logits(logits, temperature, top_k)
-        tokens = S.sample_tokens(processed, do_sample, generator)
+        tokens, logprobs, entropy = S.sample_and_score(logits, do_sample=do_sample, temperature=temperature, top_k=top_k,
+                                                       logprob_top_k=logprob_top_k, generator=generator)
         cfg = self.model_cfg
         normed = self.host.action_tokenizer.decode(tokens).view(tokens.shape[0], cfg.num_action_chunks, cfg.action_dim)
         return PolicyOutput(actions=self.host.action_norm.unnormalize(normed), action_tokens=tokens,
-                            logprobs=S.token_logprobs(processed, tokens), entropy=S.token_entropy(processed),
+                            logprobs=logprobs, entropy=entropy,
                             values=values, forward_inputs=dict(inputs))
 
     # ---------------------------------------------------------- weight sync
