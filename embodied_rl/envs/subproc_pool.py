@@ -39,9 +39,9 @@ PoolOptions = SubprocConfig
 
 
 # Modules the fork server imports once, so that every forkserver child starts with them loaded
-# (ManiSkill's import is ~1.5 s of a sub-env's start). A factory names its heavy imports in a
-# `preload` attribute. The first process start of a process starts the server: a module asked for
-# after that is imported by each child instead, as without a preload. '__main__' is the default.
+# (ManiSkill's import is ~2 s of a sub-env's ~5.6 s start). A factory names its heavy imports in a
+# `preload` attribute. The first forkserver child of a process starts the server: a module asked
+# for after that is imported by each child instead, as without a preload. '__main__' is the default.
 _FORKSERVER_PRELOAD: list[str] = ["__main__"]
 
 
