@@ -203,8 +203,7 @@ class EmbodiedRunner:
         with timer("eval"):
             metrics, outcomes = self._evaluate_scorings(episodes)
         metrics.update(timer.metrics("time/"))
-        record_reset_ids(self.run_dir, self.groups.env.used_reset_ids().wait(),
-                         {mode: getattr(self.cfg.env, mode).reset_id_split for mode in ("train", "eval")})
+        self._record_reset_ids()
         return metrics, outcomes
 
     def _evaluate_scorings(self, episodes: bool) -> tuple[dict[str, float], dict[str, list[tuple[int, EpisodeOutcome]]]]:
@@ -246,6 +245,10 @@ class EmbodiedRunner:
         n = env_cfg.total_num_envs
         ids = [space[i] for i in spread_reset_ids(len(space), n * epochs, env_cfg.group_size)]
         return [ids[k * n:(k + 1) * n] for k in range(epochs)]
+
+    def _record_reset_ids(self) -> None:
+        record_reset_ids(self.run_dir, self.groups.env.used_reset_ids().wait(),
+                         {mode: getattr(self.cfg.env, mode).reset_id_split for mode in ("train", "eval")})
 
     # ------------------------------------------------------------------ loops
     def train(self) -> int:
@@ -367,8 +370,7 @@ class EmbodiedRunner:
                 ckpt.write_dataset_statistics(tmp, self.dataset_statistics)
             ckpt.write_runner_state(tmp, global_step=self.global_step, weight_version=self.version,
                                     config_yaml=to_yaml(self.cfg), extra=extra)
-        record_reset_ids(self.run_dir, self.groups.env.used_reset_ids().wait(),
-                         {mode: getattr(self.cfg.env, mode).reset_id_split for mode in ("train", "eval")})
+        self._record_reset_ids()
         path = ckpt.latest_checkpoint(self.run_dir)
         log.info("checkpoint: %s", path)
         return path
