@@ -147,5 +147,9 @@ def test_logprobs_over_sets_the_training_rollouts_scoring_only():
         cfg = load_config("maniskill_ppo_tiny", ["algorithm.sampling_params.top_k=3", f"algorithm.sampling_params.logprobs_over={over}"],
                           plan=False)
         specs = sampling_specs(cfg)
-        assert (specs["train"].top_k, specs["train"].logprob_top_k, cfg.algorithm.sampling_params.logprob_top_k) == (3, train_k, train_k)
-        assert (specs["sampled"].top_k, specs["sampled"].logprob_top_k) == (3, 3)
+        assert (specs["train"].top_k, specs["train"].scored_top_k, cfg.algorithm.sampling_params.logprob_top_k) == (3, train_k, train_k)
+        assert (specs["sampled"].top_k, specs["sampled"].scored_top_k) == (3, 3)
+    # A spec given only its top_k scores its tokens under the policy that drew them.
+    from embodied_rl.workers.protocol import SamplingSpec
+
+    assert SamplingSpec(top_k=3).scored_top_k == 3 and SamplingSpec(top_k=3, logprob_top_k=0).scored_top_k == 0

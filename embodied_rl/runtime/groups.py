@@ -39,7 +39,7 @@ def sampling_specs(cfg: RootConfig) -> dict[str, SamplingSpec]:
     sp = cfg.algorithm.sampling_params
     top_k = sp.top_k or 0
     evals = {"greedy": SamplingSpec(do_sample=False, temperature=1.0, top_k=0),  # argmax: temperature/top_k cannot change it
-             "sampled": SamplingSpec(do_sample=True, temperature=sp.temperature_eval, top_k=top_k, logprob_top_k=top_k)}
+             "sampled": SamplingSpec(do_sample=True, temperature=sp.temperature_eval, top_k=top_k)}
     return {"train": SamplingSpec(do_sample=sp.do_sample, temperature=sp.temperature_train, top_k=top_k,
                                   logprob_top_k=sp.logprob_top_k),
             **{name: evals[name] for name in sp.eval_scoring}}

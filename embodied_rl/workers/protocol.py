@@ -105,7 +105,14 @@ class SamplingSpec:
     do_sample: bool = True
     temperature: float = 1.0
     top_k: int = 0  # 0 = all 256 bins
-    logprob_top_k: int = 0  # the top_k of the recorded log-probs (algorithm.sampling_params.logprobs_over)
+    # The top_k of the recorded log-probs (algorithm.sampling_params.logprobs_over); None scores
+    # tokens under the policy they were drawn from, so a spec built with top_k alone stays consistent.
+    logprob_top_k: int | None = None
+
+    @property
+    def scored_top_k(self) -> int:
+        """The top_k the recorded log-probs are computed under."""
+        return self.top_k if self.logprob_top_k is None else self.logprob_top_k
 
 
 @dataclass

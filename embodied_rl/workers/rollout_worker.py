@@ -142,7 +142,7 @@ class RolloutWorker:
             if keep:
                 self._record_step(rec, out, msgs)
                 if self.kl_reference is not None:
-                    ref = self.kl_reference.logprobs(inputs, out.action_tokens, temperature=spec.temperature, top_k=spec.logprob_top_k)
+                    ref = self.kl_reference.logprobs(inputs, out.action_tokens, temperature=spec.temperature, top_k=spec.scored_top_k)
                     rec["ref_logprobs"].append(ref.float().cpu())
         elif keep and self.compute_values:
             # V(final obs) equals V(obs) on rows that did not reset, and rows that did are done
