@@ -49,6 +49,17 @@ def test_print_config_prints_resolved_yaml(tmp_path: Path) -> None:
     assert cfg["env"]["train"]["env_type"] == "maniskill"
 
 
+@pytest.mark.parametrize("slots", [4, 16])
+def test_print_config_of_an_sft_config_before_its_demos_exist(tmp_path: Path, slots: int) -> None:
+    """The config prints at any machine size with the command that records its demos; sft
+    itself still refuses to start (tests/test_bad_configs.py)."""
+    demos = str(tmp_path / "demos")
+    proc = run_cli("print-config", "maniskill_sft_tiny", f"cluster.num_cpu_slots={slots}", f"data.train_data_paths=[{demos}]")
+    assert proc.returncode == 0, proc.stderr
+    assert yaml.safe_load(proc.stdout)["data"]["train_data_paths"] == [demos]
+    assert f"{demos}: no such demo directory; record them with `embodied-rl demos maniskill_sft_tiny" in proc.stderr
+
+
 @pytest.fixture()
 def fake_entry(monkeypatch: pytest.MonkeyPatch):
     """Record what a dispatched subcommand receives (the target modules belong to other subsystems)."""
