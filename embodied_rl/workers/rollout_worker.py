@@ -135,7 +135,7 @@ class RolloutWorker:
         if t < n_chunk_steps:
             inputs = self._inputs(obs)
             out = self.policy.predict(inputs, do_sample=spec.do_sample, temperature=spec.temperature,
-                                      top_k=spec.top_k, logprob_top_k=spec.logprob_top_k,
+                                      top_k=spec.top_k, logprob_top_k=spec.scored_top_k,
                                       compute_values=self.compute_values and keep,
                                       generator=generator)
             self._send_actions(s, t, out.actions.float().cpu().numpy(), [m.obs.num_envs for m in msgs])
