@@ -140,7 +140,7 @@ def run_rl(algo: str, out: dict, a: argparse.Namespace, work: Path) -> None:
         f"algorithm.rollout_epoch={a.rollout_epochs}", f"actor.optim.lr={a.grpo_lr if algo == 'grpo' else a.rl_lr}",
         f"actor.global_batch_size={batch // a.minibatches}", f"algorithm.eval_rollout_epoch={a.eval_epochs}",
         f"env.eval.total_num_envs={eval_envs}", f"runner.experiment_name={name}", *RL_SETTINGS[algo], *per_algo,
-        cwd=work, log=work / "logs" / f"{name}.log")
+        *a.rl_set, cwd=work, log=work / "logs" / f"{name}.log")
     m = metrics(work / "runs" / name)
     out[f"{algo}_evals"] = evals(m)
     out[f"{algo}_env_steps_per_step"] = _env_steps(work / "runs" / name)
@@ -252,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-every", type=int, default=10, help="RL steps between evaluations (and after the last)")
     p.add_argument("--eval-epochs", type=int, default=16, help="eval rollout epochs: episodes = eval sub-envs x this")
     p.add_argument("--algos", nargs="+", choices=list(RL_CONFIGS), default=list(RL_CONFIGS), help="RL phases to run from the SFT policy")
+    p.add_argument("--rl-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config override added to every RL phase after the recipe's own (repeatable), e.g. algorithm.entropy_bonus=0.01")
     p.add_argument("--minimal", action="store_true", help="2 demos, 1 SFT epoch, 1 RL step, 1 eval epoch: the code path only")
     a = p.parse_args(argv)
     task = TASKS[a.task]

@@ -33,3 +33,14 @@ def test_eval_reset_ids_spread_over_tasks_and_share_within_groups():
     assert spread_reset_ids(100, 2) == [0, 50]  # LIBERO, 2 tasks x 50 init states: one env per task
     assert spread_reset_ids(500, 20) == [25 * i for i in range(20)]
     assert spread_reset_ids(100, 4, group_size=2) == [0, 0, 50, 50]
+
+
+def test_a_steps_seconds_and_counts_add_up_over_its_rollout_epochs():
+    from embodied_rl.runtime.worker_metrics import combine_epoch_metrics
+
+    epochs = [{"env/success_once": 0.25, "time/env/step_s": 3.0, "time/rollout/infer_s": 1.0, "channel/obs/local_messages": 10.0},
+              {"env/success_once": 0.75, "time/env/step_s": 5.0, "time/rollout/infer_s": 1.0, "channel/obs/local_messages": 10.0}]
+    # Seconds add up as the step's own time/rollout_s does, so env busy / rollout time stays <= 1.
+    assert combine_epoch_metrics(epochs) == {"env/success_once": 0.5, "time/env/step_s": 8.0, "time/rollout/infer_s": 2.0,
+                                             "channel/obs/local_messages": 20.0}
+    assert combine_epoch_metrics(epochs[:1]) == epochs[0]

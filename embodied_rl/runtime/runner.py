@@ -46,7 +46,11 @@ from embodied_rl.runtime.graceful_stop import GracefulStop
 from embodied_rl.runtime.groups import Groups, build_groups
 from embodied_rl.runtime.metrics_logger import MetricsLogger
 from embodied_rl.runtime.reset_ids_record import record_reset_ids
-from embodied_rl.runtime.worker_metrics import combine_worker_metrics, merge_env_metrics
+from embodied_rl.runtime.worker_metrics import (
+    combine_epoch_metrics,
+    combine_worker_metrics,
+    merge_env_metrics,
+)
 from embodied_rl.timing import Timer
 from embodied_rl.types import EpisodeOutcome
 from embodied_rl.workers.protocol import Trajectory
@@ -149,15 +153,15 @@ class EmbodiedRunner:
         TRAFFIC.reset()
         with timer("step"):
             trajectories = []  # per rollout epoch, references to each rollout rank's trajectory
+            epochs = []
             with timer("rollout"):
                 for epoch in range(cfg.algorithm.rollout_epoch):
                     # A step's video file holds one epoch: only the last is recorded (the others
                     # would be overwritten), so the rest skip rendering frames nobody reads.
                     refs, env_out, roll_times = self.rollout("train", video=epoch == cfg.algorithm.rollout_epoch - 1)
-                    m = {**merge_env_metrics(env_out, prefix="env"), **roll_times}
+                    epochs.append({**merge_env_metrics(env_out, prefix="env"), **roll_times})
                     trajectories.append(refs)
-                    for k, v in m.items():
-                        metrics[k] = metrics.get(k, 0.0) + v / cfg.algorithm.rollout_epoch
+            metrics.update(combine_epoch_metrics(epochs))
             with timer("train"):  # the actor ranks read the trajectories from the object store
                 train_metrics = self.groups.actor.train_on_rollouts(trajectories).wait()[0]
             with timer("weight_sync"):
@@ -211,13 +215,13 @@ class EmbodiedRunner:
         ids = self._eval_reset_ids(epochs)
         parts: dict[str, list[dict[str, float]]] = {s: [] for s in scorings}
         outcomes: dict[str, list[tuple[int, EpisodeOutcome]]] = {s: [] for s in scorings}
-        times: dict[str, float] = {}
+        times: list[dict[str, float]] = []  # per rollout: the slowest worker's seconds
         for k in range(epochs):
             for j, scoring in enumerate(scorings):
                 _, env_out, roll_times = self.rollout("eval", ids[k] if ids else None, fixed_epoch=k, video=k == 0 and j == 0,
                                                       scoring=scoring, repeat_states=j > 0)
                 parts[scoring] += env_out
-                times = {key: times.get(key, 0.0) + v for key, v in roll_times.items() if key.startswith("time/")}
+                times.append({key: v for key, v in {**combine_worker_metrics(env_out), **roll_times}.items() if key.startswith("time/")})
                 if episodes:
                     outcomes[scoring] += [(k, o) for worker in self.groups.env.last_episodes().wait() for o in worker]
         metrics: dict[str, float] = {}
@@ -226,9 +230,7 @@ class EmbodiedRunner:
             metrics.update(add_success_intervals(named, f"eval/{scoring}"))
         primary = f"eval/{scorings[0]}/"
         metrics.update({"eval/" + k.removeprefix(primary): v for k, v in list(metrics.items()) if k.startswith(primary)})
-        all_parts = [p for scoring in scorings for p in parts[scoring]]
-        metrics.update({k: v for k, v in merge_env_metrics(all_parts, prefix="eval").items() if k.startswith("time/")})
-        metrics.update(times)
+        metrics.update(combine_epoch_metrics(times))  # the evaluation's seconds: its rollouts' added up
         return metrics, outcomes
 
     def _eval_reset_ids(self, epochs: int) -> list[list[int]] | None:
