@@ -34,9 +34,10 @@ RECIPE = ["env.train=maniskill_push_cube", "env.eval=maniskill_push_cube", "env.
 SETTINGS = {"micro 5 (shipped)": "actor.micro_batch_size=5", "micro null (whole share)": "actor.micro_batch_size=null"}
 
 
-def run(setting: str, steps: int, work: Path, index: int) -> list[dict]:
+def run(overrides: list[str], steps: int, work: Path, index: int) -> list[dict]:
+    """The recipe's PPO with `overrides` for `steps` steps; its metrics rows."""
     name = f"mb_{index}"  # one run dir per run: a reused name would resume or append to the last
-    cmd = [sys.executable, "-m", "embodied_rl.cli", "train", "maniskill_ppo_tiny", *RECIPE, SETTINGS[setting],
+    cmd = [sys.executable, "-m", "embodied_rl.cli", "train", "maniskill_ppo_tiny", *RECIPE, *overrides,
            f"runner.max_steps={steps}", f"runner.experiment_name={name}", f"actor.model.model_path={work / 'model'}"]
     subprocess.run(cmd, cwd=work, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     lines = (work / "runs" / name / "metrics.jsonl").read_text().splitlines()
@@ -56,7 +57,7 @@ def main() -> None:
         order = list(SETTINGS)
         for r in range(args.rounds):
             for i, setting in enumerate(order if r % 2 == 0 else order[::-1]):
-                rows = run(setting, args.steps, work, index=r * len(order) + i)
+                rows = run([SETTINGS[setting]], args.steps, work, index=r * len(order) + i)
                 first.setdefault(setting, rows[0])
                 train[setting] += [row["time/train_s"] for row in rows[1:]]
                 step[setting] += [row["time/step_s"] for row in rows[1:]]

@@ -146,6 +146,14 @@ def test_mismatches_are_one_line_errors_naming_the_file(demo_dir, kw, mismatch):
         load(demo_dir, **kw)
 
 
+def test_demos_rendered_with_other_robot_meshes_are_refused(demo_dir, cfg):
+    assert read_manifest(demo_dir).env_config["init_params"]["robot_visual_cell"] == cfg.env.train.init_params["robot_visual_cell"]
+    full = load_config(CONFIG, ["env.train.init_params.robot_visual_cell=null"])
+    with pytest.raises(DemoError, match=rf"^{demo_dir / 'manifest.json'}: demos were rendered with init_params.robot_visual_cell=0.008 "
+                                        r"\(null = the full meshes\), the config renders with null; .*robot_visual_cell=0.008$"):
+        load_demos_for(full, demo_dir, images=False)
+
+
 def test_missing_and_truncated_files(copy_of):
     h5 = copy_of / "trajectory.h5"
     data = h5.read_bytes()

@@ -99,12 +99,27 @@ def _expectations(cfg) -> dict:
 
 def check_demos_for(cfg, path: str | Path) -> DemoManifest:
     """`check_demos` against an experiment config."""
-    return check_demos(path, **_expectations(cfg))
+    manifest = check_demos(path, **_expectations(cfg))
+    _check_visuals(Path(path) / MANIFEST, manifest, cfg)
+    return manifest
 
 
 def load_demos_for(cfg, path: str | Path, *, images: bool = True) -> DemoChunks:
     """`load_demos` checked against an experiment config (`env.train` and `actor.model`)."""
+    check_demos_for(cfg, path)
     return load_demos(path, images=images, **_expectations(cfg))
+
+
+def _check_visuals(file: Path, manifest: DemoManifest, cfg) -> None:
+    """The demos' images show the robot's meshes as the config renders them (robot_visual_cell;
+    a manifest without the key was rendered with the full meshes)."""
+    got = (manifest.env_config.get("init_params") or {}).get("robot_visual_cell")
+    params = cfg.env.train.init_params
+    want = params.get("robot_visual_cell") if isinstance(params, dict) else params.robot_visual_cell
+    if got != want:
+        raise DemoError(f"{file}: demos were rendered with init_params.robot_visual_cell={got} (null = the full meshes), "
+                        f"the config renders with {'null' if want is None else want}; record them again with this config, or set "
+                        f"env.train.init_params.robot_visual_cell={'null' if got is None else got}")
 
 
 @dataclass

@@ -16,6 +16,7 @@ import numpy as np
 
 from embodied_rl.envs.maniskill.params import ManiSkillParams
 from embodied_rl.envs.maniskill.shifts import gym_make_args
+from embodied_rl.envs.maniskill.visual_lod import simplify_robot_visuals
 from embodied_rl.errors import ConfigError, UserError
 
 OFFLINE_TASKS = "PickCube-v1, PushCube-v1, StackCube-v1, PegInsertionSide-v1, PullCube-v1, PlugCharger-v1"
@@ -80,7 +81,7 @@ def make_gym_env(params: ManiSkillParams, num_envs: int = 1) -> Any:
     env_id, shift_kwargs = gym_make_args(params)
     try:
         with _no_download_prompt():
-            return gym.make(env_id, **kwargs, **shift_kwargs)
+            env = gym.make(env_id, **kwargs, **shift_kwargs)
     except _AssetPrompt as err:
         raise _missing_asset_error(params.id, str(err)) from None
     except FileNotFoundError as err:
@@ -89,6 +90,17 @@ def make_gym_env(params: ManiSkillParams, num_envs: int = 1) -> Any:
         if "download_asset" in str(err):
             raise _missing_asset_error(params.id, str(err)) from None
         raise
+    refresh_visuals(env, params)
+    return env
+
+
+def refresh_visuals(env: Any, params: ManiSkillParams) -> bool:
+    """Apply `robot_visual_cell` to the env's robot (gym.make builds the scene; a task that
+    reconfigures on reset rebuilds it): True when a body was replaced, i.e. when an observation
+    rendered before the call shows the full meshes."""
+    if params.robot_visual_cell is None:
+        return False
+    return simplify_robot_visuals(env.unwrapped, params.robot_visual_cell)
 
 
 def camera_names(env: Any, params: ManiSkillParams) -> tuple[str, str | None]:

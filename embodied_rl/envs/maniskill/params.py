@@ -90,6 +90,7 @@ class ManiSkillParams:
     reward_mode: Literal["sparse", "dense", "normalized_dense"] = field(default="sparse", metadata={"help": "sparse | dense | normalized_dense (ManiSkill's reward modes)."})
     camera_heights: int = field(default=128, metadata={"help": "Height in pixels of the cameras (main and wrist)."})
     camera_widths: int = field(default=128, metadata={"help": "Width in pixels of the cameras (main and wrist)."})
+    robot_visual_cell: float | None = field(default=None, metadata={"help": "Render the robot's visual meshes simplified by vertex clustering on a grid of this cell size (metres, in (0, 0.05]); collision shapes, physics and every other object stay the task's own. Software Vulkan spends most of a small picture on the Panda's ~135k triangles: at 0.008 a 64 px picture costs ~5x less CPU and differs by ~0.5 intensity levels on average (docs/BENCHMARKS.md). null = the assets' full meshes. CPU sim only."})
     main_camera: str = field(default="base_camera", metadata={"help": "Sensor used as the main (third-person) image."})
     wrist_camera: str = field(default="auto", metadata={"help": "Wrist sensor: auto (hand_camera when the robot has one) | none | a sensor name."})
     robot_uids: str | None = field(default=None, metadata={"help": "Robot to load (null = the task's default, e.g. panda_wristcam for StackCube)."})
@@ -109,6 +110,11 @@ class ManiSkillParams:
         for key in ("camera_heights", "camera_widths"):
             if not 8 <= getattr(self, key) <= 2048:
                 raise ConfigError(f"env.init_params.{key}={getattr(self, key)} must be between 8 and 2048")
+        if self.robot_visual_cell is not None:  # ValueError: the config loader prefixes env.<mode>.init_params
+            if not 0.0 < self.robot_visual_cell <= 0.05:
+                raise ValueError(f"robot_visual_cell={self.robot_visual_cell} must be in (0, 0.05] metres, or null for the full meshes")
+            if self.sim_backend == "gpu":
+                raise ValueError(f"robot_visual_cell={self.robot_visual_cell} simplifies the CPU sim's meshes; with sim_backend gpu set it to null")
         if isinstance(self.shift, dict):  # built by hand rather than by the config loader
             self.shift = ShiftParams(**self.shift)
         self._check_shift()

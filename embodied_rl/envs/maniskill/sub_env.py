@@ -17,6 +17,7 @@ from embodied_rl.envs.maniskill.make import (
     privileged_state,
     proprio_layout,
     proprio_state,
+    refresh_visuals,
 )
 from embodied_rl.envs.maniskill.params import ManiSkillParams
 
@@ -66,6 +67,8 @@ class ManiSkillSubEnv(SubEnv):
 
     def reset(self, reset_id: int) -> dict[str, np.ndarray]:
         obs, _ = self.env.reset(seed=int(reset_id))
+        if refresh_visuals(self.env, self.params):  # the scene was rebuilt: render it again
+            obs = self.env.unwrapped.get_obs()
         self.state_layout = proprio_layout(obs, self.params.append_goal_to_state)
         return self._obs(obs)
 

@@ -1,0 +1,83 @@
+"""The robot's visual meshes simplified for software rendering (init_params.robot_visual_cell):
+the clustering as a pure function, then on a real ManiSkill3 PushCube-v1 sub-env (64 px)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from embodied_rl.envs.maniskill.visual_lod import MARK, cluster_vertices
+
+
+def grid_mesh(n: int, size: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """A flat square of n x n quads (2 triangles each) in the xy plane, counter-clockwise from +z."""
+    xs = np.linspace(0.0, size, n + 1)
+    v = np.array([(x, y, 0.0) for y in xs for x in xs], np.float32)
+    tris = []
+    for j in range(n):
+        for i in range(n):
+            a, b, c, d = j * (n + 1) + i, j * (n + 1) + i + 1, (j + 1) * (n + 1) + i, (j + 1) * (n + 1) + i + 1
+            tris += [(a, b, d), (a, d, c)]
+    return v, np.array(tris, np.uint32)
+
+
+def test_clustering_merges_cells_drops_collapsed_triangles_and_keeps_winding():
+    v, f = grid_mesh(8)  # vertices 0.125 apart
+    n = np.tile([[0.0, 0.0, 1.0]], (len(v), 1)).astype(np.float32)
+    uv = v[:, :2].copy()
+    # a cell finer than the spacing changes nothing
+    v1, f1, _, _ = cluster_vertices(v, f, n, uv, 0.01)
+    assert len(v1) == len(v) and len(f1) == len(f)
+    assert np.allclose(np.sort(v1, axis=0), np.sort(v, axis=0), atol=1e-6)
+    # a cell of 2.5 spacings: fewer vertices and triangles, none degenerate or repeated
+    v2, f2, n2, uv2 = cluster_vertices(v, f, n, uv, 0.3)
+    assert len(v2) < len(v) and 0 < len(f2) < len(f)
+    assert all(len(set(t)) == 3 for t in f2.tolist()) and len({tuple(sorted(t)) for t in f2.tolist()}) == len(f2)
+    normals = np.cross(v2[f2[:, 1]] - v2[f2[:, 0]], v2[f2[:, 2]] - v2[f2[:, 0]])
+    assert (normals[:, 2] > 0).all()  # every kept triangle still faces +z
+    assert np.allclose(n2, [0.0, 0.0, 1.0]) and uv2.shape == (len(v2), 2)
+    assert v2.dtype == np.float32 and f2.dtype == np.uint32
+    # the whole square in one cell collapses to a point: no triangle left
+    assert len(cluster_vertices(v, f, n, uv, 10.0)[1]) == 0
+
+
+def _robot_triangles(env) -> int:
+    import sapien
+
+    total = 0
+    for link in env.unwrapped.agent.robot.get_links():
+        body = link._objs[0].entity.find_component_by_type(sapien.render.RenderBodyComponent)
+        if body is not None:
+            total += sum(len(p.triangles) for s in body.render_shapes for p in getattr(s, "parts", []))
+    return total
+
+
+@pytest.mark.maniskill
+def test_a_sub_env_renders_the_simplified_robot_close_to_the_full_one():
+    from embodied_rl.envs.maniskill import ManiSkillParams
+    from embodied_rl.envs.maniskill.sub_env import ManiSkillSubEnv
+    from embodied_rl.envs.maniskill.visual_lod import simplify_robot_visuals
+
+    envs = {cell: ManiSkillSubEnv(ManiSkillParams(id="PushCube-v1", camera_heights=64, camera_widths=64, robot_visual_cell=cell),
+                                  "push the cube") for cell in (None, 0.008)}
+    try:
+        full, lod = envs[None], envs[0.008]
+        assert _robot_triangles(lod.env) < 0.3 * _robot_triangles(full.env)
+        action = np.array([0.5, 0.0, -0.3, 0.0, 0.0, 0.0, 1.0], np.float32)
+        for reset_id in (5, 6):  # the second reset finds the robot simplified already
+            a, b = full.reset(reset_id)["main_image"], lod.reset(reset_id)["main_image"]
+            diffs = [np.abs(a.astype(int) - b.astype(int)).mean()]
+            for _ in range(4):
+                a, b = full.step(action)[0]["main_image"], lod.step(action)[0]["main_image"]
+                diffs.append(np.abs(a.astype(int) - b.astype(int)).mean())
+            assert 0.0 < max(diffs) < 2.0, diffs  # the meshes changed, the picture hardly
+            assert not simplify_robot_visuals(lod.env.unwrapped, 0.008)
+        # physics untouched: the same actions move the robot identically
+        assert np.array_equal(full.observe()["state"], lod.observe()["state"])
+        import sapien
+
+        bodies = [link._objs[0].entity.find_component_by_type(sapien.render.RenderBodyComponent)
+                  for link in lod.env.unwrapped.agent.robot.get_links()]
+        assert all(b.name.endswith(MARK) for b in bodies if b is not None)
+    finally:
+        for env in envs.values():
+            env.close()
