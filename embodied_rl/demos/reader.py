@@ -106,8 +106,9 @@ def check_demos_for(cfg, path: str | Path) -> DemoManifest:
 
 def load_demos_for(cfg, path: str | Path, *, images: bool = True) -> DemoChunks:
     """`load_demos` checked against an experiment config (`env.train` and `actor.model`)."""
-    check_demos_for(cfg, path)
-    return load_demos(path, images=images, **_expectations(cfg))
+    manifest = check_demos_for(cfg, path)  # the manifest read and checked once
+    episodes = _read_episodes(Path(path) / TRAJECTORY_H5, manifest, images)
+    return _chunk(episodes, manifest, cfg.actor.model.num_action_chunks)
 
 
 def _check_visuals(file: Path, manifest: DemoManifest, cfg) -> None:
