@@ -87,8 +87,10 @@ def _load(ns: argparse.Namespace, extra: Sequence[str] = (), default: str | None
 
 def _train(ns: argparse.Namespace, extra: Sequence[str] = (), default: str | None = None) -> int | None:
     from embodied_rl.config.loader import save_resolved_config
+    from embodied_rl.runtime.run_dir import check_run_dir_free
 
     cfg = _load(ns, extra, default)
+    check_run_dir_free(cfg)
     main = resolve_entry("embodied_rl.runtime.train:main", "training (embodied-rl train/eval)")
     path = save_resolved_config(cfg, cfg.runner.logger.log_path)
     print(f"resolved config: {path}", file=sys.stderr)
@@ -123,9 +125,11 @@ def eval_cmd(ns: argparse.Namespace) -> int | None:
         return _train(ns, extra=["runner.only_eval=true"])
     from embodied_rl.config.loader import save_resolved_config
     from embodied_rl.configure import check_compare
+    from embodied_rl.runtime.run_dir import check_run_dir_free
 
     cfg = _load(ns, ["runner.only_eval=true"])
     sources = check_compare(cfg, ns.compare)  # before anything starts: paths, fixed reset ids
+    check_run_dir_free(cfg)
     compare = resolve_entry("embodied_rl.runtime.train:compare_main", "comparison (embodied-rl eval --compare)")
     path = save_resolved_config(cfg, cfg.runner.logger.log_path)
     print(f"resolved config: {path}", file=sys.stderr)
@@ -136,6 +140,7 @@ def eval_cmd(ns: argparse.Namespace) -> int | None:
 def print_config_cmd(ns: argparse.Namespace) -> int | None:
     from embodied_rl.config.loader import to_yaml
     from embodied_rl.demos.checks import MissingDemosError
+    from embodied_rl.runtime.run_dir import RunDirInUseError, check_run_dir_free
 
     try:
         cfg = _load(ns)
@@ -143,6 +148,10 @@ def print_config_cmd(ns: argparse.Namespace) -> int | None:
         # Demos not recorded yet are a precondition of running, not a config error: the config
         # prints (every other rule checked) with the command that records them; sft still refuses.
         cfg = _load(ns, skip=("sft_data",))
+        print(f"note: {err}", file=sys.stderr)
+    try:  # likewise a run directory in use: train would refuse it, the config still prints
+        check_run_dir_free(cfg)
+    except RunDirInUseError as err:
         print(f"note: {err}", file=sys.stderr)
     sys.stdout.write(to_yaml(cfg))
     return 0

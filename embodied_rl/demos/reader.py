@@ -85,12 +85,17 @@ def load_demos(path: str | Path, *, chunk_len: int, images: bool = True, **expec
     return _chunk(episodes, manifest, chunk_len)
 
 
-def _expectations(cfg) -> dict:
-    """What an experiment config (`env.train`, `actor.model`) expects of its demos."""
+def _train_params(cfg):
+    """The config's `env.train.init_params` as ManiSkillParams (a loaded config may hold them as a dict)."""
     from embodied_rl.envs.maniskill.params import ManiSkillParams
 
     params = cfg.env.train.init_params
-    params = params if isinstance(params, ManiSkillParams) else ManiSkillParams(**params)
+    return params if isinstance(params, ManiSkillParams) else ManiSkillParams(**params)
+
+
+def _expectations(cfg) -> dict:
+    """What an experiment config (`env.train`, `actor.model`) expects of its demos."""
+    params = _train_params(cfg)
     model = cfg.actor.model
     return {"chunk_len": model.num_action_chunks, "action_dim": model.action_dim, "task_id": params.id,
             "image_size": (params.camera_heights, params.camera_widths), "control_mode": params.control_mode,
@@ -115,8 +120,7 @@ def _check_visuals(file: Path, manifest: DemoManifest, cfg) -> None:
     """The demos' images show the robot's meshes as the config renders them (robot_visual_cell;
     a manifest without the key was rendered with the full meshes)."""
     got = (manifest.env_config.get("init_params") or {}).get("robot_visual_cell")
-    params = cfg.env.train.init_params
-    want = params.get("robot_visual_cell") if isinstance(params, dict) else params.robot_visual_cell
+    want = _train_params(cfg).robot_visual_cell
     if got != want:
         raise DemoError(f"{file}: demos were rendered with init_params.robot_visual_cell={got} (null = the full meshes), "
                         f"the config renders with {'null' if want is None else want}; record them again with this config, or set "

@@ -218,6 +218,14 @@ class MetricsLogger:
         self.close()
 
 
+def logged_steps(path: str | Path) -> list[int]:
+    """The steps a metrics.jsonl holds (none for a missing file)."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    return [s for s in map(_step_of, path.read_text().splitlines()) if s is not None]
+
+
 def _step_of(line: str) -> int | None:
     """Step of a metrics.jsonl line; None for a blank or torn line (a crash mid-write)."""
     try:
