@@ -1,4 +1,4 @@
-"""Choosing which episodes become the dataset, independent of worker count and timing.
+"""Choosing which episodes become the dataset, independent of timing.
 
 Reset ids are tried in order from `seed_start`. Episodes are settled in reset-id order (results
 that arrive early wait), so the dataset is always the first `num_demos` successful reset ids

@@ -75,7 +75,12 @@ def _worker(spec: DemoSpec, tasks: mp.Queue, results: mp.Queue) -> None:
 
 
 class ProcessSource:
-    """`workers` processes, one simulator each; at most 2 episodes per worker in flight."""
+    """`workers` processes, one simulator each; at most 2 episodes per worker in flight.
+
+    Reset ids go to the workers round-robin (the k-th id to worker k mod workers), not to whichever
+    is free: a ManiSkill CPU scene carries contact state from one episode into the next (the same
+    reset id pushed after other episodes can leave the cube centimetres apart), so each worker must see the
+    same sequence of episodes for a recording to repeat. The demos then depend on --workers."""
 
     def __init__(self, spec: DemoSpec, workers: int, start_method: str = "forkserver") -> None:
         if workers < 1:
@@ -87,18 +92,19 @@ class ProcessSource:
         self.info: RecorderInfo | None = None
 
     def episodes(self, reset_ids: Iterator[int]) -> Iterator[EpisodeRecord]:
-        tasks, results = self.ctx.Queue(), self.ctx.Queue()
-        procs = [self.ctx.Process(target=_worker, args=(self.spec, tasks, results), daemon=True)
-                 for _ in range(self.workers)]
+        tasks = [self.ctx.Queue() for _ in range(self.workers)]
+        results = self.ctx.Queue()
+        procs = [self.ctx.Process(target=_worker, args=(self.spec, q, results), daemon=True) for q in tasks]
         for p in procs:
             p.start()
-        in_flight = 0
+        in_flight = issued = 0
 
         def feed() -> None:
-            nonlocal in_flight
+            nonlocal in_flight, issued
             reset_id = next(reset_ids, None)
             if reset_id is not None:
-                tasks.put(reset_id)
+                tasks[issued % self.workers].put(reset_id)
+                issued += 1
                 in_flight += 1
 
         try:
@@ -110,8 +116,8 @@ class ProcessSource:
                 yield record
                 feed()
         finally:
-            for _ in procs:
-                tasks.put(None)
+            for q in tasks:
+                q.put(None)
             for p in procs:
                 p.join(timeout=10)  # a worker holding unread results after an error may not exit by itself
                 if p.is_alive():
