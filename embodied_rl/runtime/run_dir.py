@@ -22,9 +22,8 @@ class RunDirInUseError(ConfigError):
 
 def earlier_run(run_dir: str | Path) -> str | None:
     """What of an earlier run `run_dir` holds ('metrics.jsonl with 3 logged step(s), checkpoint
-    global_step_00000002'), or
-    None when nothing a run produced is there (a missing directory, or a run that failed while
-    starting and logged nothing)."""
+    global_step_00000002'), or None when nothing a run produced is there (a missing directory, or
+    a run that failed while starting and logged nothing)."""
     from embodied_rl.runtime.metrics_logger import METRICS_FILE, logged_steps
 
     run_dir = Path(run_dir)
