@@ -85,15 +85,21 @@ def _load(ns: argparse.Namespace, extra: Sequence[str] = (), default: str | None
     return load_config(name, [*overrides, *extra], skip=skip)
 
 
-def _train(ns: argparse.Namespace, extra: Sequence[str] = (), default: str | None = None) -> int | None:
+def _claim_run_dir(cfg) -> None:
+    """Make the run directory this run's own (refused if an earlier run is in it) and save the
+    resolved config there: the last step before a run starts."""
     from embodied_rl.config.loader import save_resolved_config
     from embodied_rl.runtime.run_dir import check_run_dir_free
 
-    cfg = _load(ns, extra, default)
     check_run_dir_free(cfg)
-    main = resolve_entry("embodied_rl.runtime.train:main", "training (embodied-rl train/eval)")
     path = save_resolved_config(cfg, cfg.runner.logger.log_path)
     print(f"resolved config: {path}", file=sys.stderr)
+
+
+def _train(ns: argparse.Namespace, extra: Sequence[str] = (), default: str | None = None) -> int | None:
+    cfg = _load(ns, extra, default)
+    main = resolve_entry("embodied_rl.runtime.train:main", "training (embodied-rl train/eval)")
+    _claim_run_dir(cfg)
     return main(cfg)
 
 
@@ -123,16 +129,12 @@ def add_eval_args(parser: argparse.ArgumentParser) -> None:
 def eval_cmd(ns: argparse.Namespace) -> int | None:
     if not ns.compare:
         return _train(ns, extra=["runner.only_eval=true"])
-    from embodied_rl.config.loader import save_resolved_config
     from embodied_rl.configure import check_compare
-    from embodied_rl.runtime.run_dir import check_run_dir_free
 
     cfg = _load(ns, ["runner.only_eval=true"])
     sources = check_compare(cfg, ns.compare)  # before anything starts: paths, fixed reset ids
-    check_run_dir_free(cfg)
     compare = resolve_entry("embodied_rl.runtime.train:compare_main", "comparison (embodied-rl eval --compare)")
-    path = save_resolved_config(cfg, cfg.runner.logger.log_path)
-    print(f"resolved config: {path}", file=sys.stderr)
+    _claim_run_dir(cfg)
     return compare(cfg, sources)
 
 
