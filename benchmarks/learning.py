@@ -139,7 +139,7 @@ def run_rl(algo: str, out: dict, a: argparse.Namespace, work: Path) -> None:
                  f"actor.model.privileged_state_dim={task.privileged_state_dim}", *_ppo_groups(a.ppo_groups)] if algo == "ppo" else [])
     out["time_s"][algo] = cli(
         "train", RL_CONFIGS[algo], f"actor.model.model_path=models/sft_s{seed}", "actor.model.create_preset=null", *task.rl_overrides,
-        f"runner.seed={seed}", f"runner.max_steps={a.rl_steps or RL_STEPS[algo]}", "runner.val_before_train=true",
+        f"runner.seed={seed}", f"runner.max_steps={a.rl_steps if a.rl_steps is not None else RL_STEPS[algo]}", "runner.val_before_train=true",
         f"runner.val_check_interval={a.eval_every}", f"env.train.total_num_envs={train_envs}",
         f"algorithm.rollout_epoch={a.rollout_epochs}", f"actor.optim.lr={a.grpo_lr if algo == 'grpo' else a.rl_lr}",
         f"actor.global_batch_size={batch // a.minibatches}", f"algorithm.eval_rollout_epoch={a.eval_epochs}",
@@ -236,25 +236,32 @@ def plot(results: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive count")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--task", choices=list(TASKS), default="push_cube")
     p.add_argument("--out", type=Path, default=None, help="working directory (demos/, models/, runs/ are made in it); default runs/learning_TASK")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--demos", type=int, default=None, help="expert demonstrations (default: the task's, 100 PushCube, 200 PickCube)")
-    p.add_argument("--sft-steps", type=int, default=None, help="SFT optimizer steps of 64 samples (default: the task's, 300 PushCube, 3000 PickCube)")
-    p.add_argument("--rl-steps", type=int, default=None, help="training steps of every RL phase (default: PPO 90, GRPO 30)")
+    p.add_argument("--demos", type=_positive, default=None, help="expert demonstrations (default: the task's, 100 PushCube, 200 PickCube)")
+    p.add_argument("--sft-steps", type=_positive, default=None, help="SFT optimizer steps of 64 samples (default: the task's, 300 PushCube, 3000 PickCube)")
+    p.add_argument("--rl-steps", type=_positive, default=None, help="training steps of every RL phase (default: PPO 90, GRPO 30)")
     p.add_argument("--rl-lr", type=float, default=2e-4, help="policy learning rate of PPO")
     p.add_argument("--grpo-lr", type=float, default=1e-4, help="policy learning rate of GRPO")
     p.add_argument("--reuse-sft", action="store_true", help="take each seed's SFT run and export from --out when they exist (same SFT settings)")
-    p.add_argument("--train-envs", type=int, default=4, help="training sub-envs per eval sub-env")
-    p.add_argument("--rollout-epochs", type=int, default=4, help="rollout epochs per RL step")
-    p.add_argument("--minibatches", type=int, default=4, help="optimizer steps per update epoch (the rollout batch split evenly)")
-    p.add_argument("--ppo-update-epochs", type=int, default=4, help="PPO passes over each rollout batch (GRPO: 1)")
-    p.add_argument("--ppo-groups", type=int, default=1, help="PPO: sub-envs per reset state whose leave-one-out mean advantage is subtracted (algorithm.group_baseline); 1 = off")
+    p.add_argument("--train-envs", type=_positive, default=4, help="training sub-envs per eval sub-env")
+    p.add_argument("--rollout-epochs", type=_positive, default=4, help="rollout epochs per RL step")
+    p.add_argument("--minibatches", type=_positive, default=4, help="optimizer steps per update epoch (the rollout batch split evenly)")
+    p.add_argument("--ppo-update-epochs", type=_positive, default=4, help="PPO passes over each rollout batch (GRPO: 1)")
+    p.add_argument("--ppo-groups", type=_positive, default=1, help="PPO: sub-envs per reset state whose leave-one-out mean advantage is subtracted (algorithm.group_baseline); 1 = off")
     p.add_argument("--critic-warmup", type=int, default=3, help="PPO steps that train only the critic, from the first")
-    p.add_argument("--eval-every", type=int, default=10, help="RL steps between evaluations (and after the last)")
-    p.add_argument("--eval-epochs", type=int, default=16, help="eval rollout epochs: episodes = eval sub-envs x this")
+    p.add_argument("--eval-every", type=_positive, default=10, help="RL steps between evaluations (and after the last)")
+    p.add_argument("--eval-epochs", type=_positive, default=16, help="eval rollout epochs: episodes = eval sub-envs x this")
     p.add_argument("--algos", nargs="+", choices=list(RL_CONFIGS), default=list(RL_CONFIGS), help="RL phases to run from the SFT policy")
     p.add_argument("--rl-set", action="append", default=[], metavar="KEY=VALUE",
                    help="a config override added to every RL phase after the recipe's own (repeatable), e.g. algorithm.entropy_bonus=0.01")

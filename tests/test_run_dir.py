@@ -68,6 +68,17 @@ def test_a_saved_config_names_log_path_as_the_fix(tmp_path: Path) -> None:
         check_run_dir_free(cfg)
 
 
+def test_the_runtime_entry_refuses_too(tmp_path: Path) -> None:
+    """A run started from Python, not the CLI, is refused before its model or Ray exist."""
+    from embodied_rl.runtime.train import main
+
+    _earlier_run(tmp_path / "runs" / CONFIG)
+    cfg = _cfg(tmp_path, f"actor.model.model_path={tmp_path / 'model'}")
+    with pytest.raises(RunDirInUseError):
+        main(cfg)
+    assert not (tmp_path / "model").exists()
+
+
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "embodied_rl.cli", *args], check=False, cwd=cwd, capture_output=True, text=True, timeout=300)
 

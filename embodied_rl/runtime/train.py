@@ -45,6 +45,9 @@ def compare_main(cfg: RootConfig, sources: list) -> int:
 
 
 def _run(cfg: RootConfig, body) -> int:
+    from embodied_rl.runtime.run_dir import check_run_dir_free
+
+    check_run_dir_free(cfg)  # the CLI checked it already; a caller from Python is held to the same rule
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ensure_model(cfg)
     from embodied_rl.runtime.runner import EmbodiedRunner
