@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -24,12 +25,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 class _ReportingSubEnv(SubEnv):
-    """Its state is 1 where `colorsys` was already imported when the child built it."""
+    """Its state is 1 where `module` was already imported when the child built it."""
 
     action_dim = 1
 
-    def __init__(self) -> None:
-        self.preloaded = float("colorsys" in sys.modules)
+    def __init__(self, module: str) -> None:
+        self.preloaded = float(module in sys.modules)
 
     def reset(self, reset_id: int) -> dict[str, np.ndarray]:
         return {"main_image": np.zeros((2, 2, 3), np.uint8), "state": np.array([self.preloaded], np.float32)}
@@ -47,9 +48,10 @@ class _ReportingSubEnv(SubEnv):
 @dataclass(frozen=True)
 class ReportingFactory:
     preload: ClassVar[tuple[str, ...]] = ("colorsys",)
+    module: str = "colorsys"  # what the sub-envs report as imported
 
     def __call__(self, rank: int) -> _ReportingSubEnv:
-        return _ReportingSubEnv()
+        return _ReportingSubEnv(self.module)
 
 
 _CHILD = """
@@ -74,6 +76,33 @@ def _children_saw_preload(start_method: str) -> dict:
 def test_fork_server_children_start_with_the_factory_preload(start_method: str, preloaded: float) -> None:
     seen = _children_saw_preload(start_method)
     assert seen == {"parent": False, "children": [preloaded, preloaded]}
+
+
+_SCRIPT = """
+import json
+from embodied_rl.config.schema.env import SubprocConfig
+from embodied_rl.envs.subproc_pool import SubprocEnvPool, main_script_module
+from tests.test_subproc_preload import ReportingFactory
+
+if __name__ == "__main__":
+    pool = SubprocEnvPool(ReportingFactory(module="pkg.script"), 1, SubprocConfig(start_method="forkserver"))
+    obs, failed = pool.reset([0], [0])
+    pool.close()
+    print(json.dumps({"main": main_script_module(), "children": [float(o["state"][0]) for o in obs]}))
+"""
+
+
+def test_fork_server_imports_the_main_script_of_a_package(tmp_path: Path) -> None:
+    """A process whose main is a script of a package (as a Ray worker's is Ray's default_worker.py):
+    its fork server imports that module, so a child does not import what the script imports again."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "script.py").write_text(_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    out = subprocess.run([sys.executable, str(tmp_path / "pkg" / "script.py")], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"main": "pkg.script", "children": [1.0]}
 
 
 def test_maniskill_factory_preloads_an_installed_module() -> None:

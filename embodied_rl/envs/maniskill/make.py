@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from embodied_rl.envs.maniskill.brdf_lut import install as install_brdf_table
 from embodied_rl.envs.maniskill.params import ManiSkillParams
 from embodied_rl.envs.maniskill.shifts import gym_make_args
 from embodied_rl.envs.maniskill.visual_lod import simplify_robot_visuals
@@ -79,6 +80,8 @@ def make_gym_env(params: ManiSkillParams, num_envs: int = 1) -> Any:
     if params.robot_uids is not None:
         kwargs["robot_uids"] = params.robot_uids
     env_id, shift_kwargs = gym_make_args(params)
+    if params.render_backend == "cpu":
+        install_brdf_table()  # software Vulkan would spend ~6.5 s of CPU on SAPIEN's own table
     try:
         with _no_download_prompt():
             env = gym.make(env_id, **kwargs, **shift_kwargs)
