@@ -16,10 +16,10 @@ RULES = RuleSet()
 
 @RULES.config_check
 def _model_files(cfg: RootConfig) -> None:
-    from embodied_rl.models.registry import policy_class
+    from embodied_rl.models.registry import check_policy_type
 
     m = cfg.actor.model
-    policy_class(m.model_type)
+    check_policy_type(m.model_type)
     for key, path in (("actor.model.model_path", m.model_path), ("rollout.model.model_path", cfg.rollout.model.model_path)):
         if not (Path(path) / "config.json").is_file() and m.create_preset is None:
             raise ConfigError(

@@ -1,6 +1,7 @@
 """Model registry keyed by `actor.model.model_type`; the only place policies are looked up by name."""
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -26,14 +27,22 @@ def register_policy(name: str) -> Callable[[type[BasePolicy]], type[BasePolicy]]
     return deco
 
 
-def _ensure_builtin() -> None:
-    import embodied_rl.models.openvla_oft  # noqa: F401  (registers "openvla_oft")
+# Built-in policies by the module that registers them, imported on first use: the config rules
+# check a model type against these names without importing torch and transformers.
+BUILTIN_POLICIES = {"openvla_oft": "embodied_rl.models.openvla_oft.policy"}
+
+
+def check_policy_type(model_type: str) -> None:
+    """ConfigError unless a policy is registered, or built in, under `model_type` (imports nothing)."""
+    if model_type not in _POLICIES and model_type not in BUILTIN_POLICIES:
+        known = ", ".join(sorted(set(_POLICIES) | set(BUILTIN_POLICIES)))
+        raise ConfigError(f"actor.model.model_type={model_type!r} is unknown; available: {known}")
 
 
 def policy_class(model_type: str) -> type[BasePolicy]:
-    _ensure_builtin()
+    check_policy_type(model_type)
     if model_type not in _POLICIES:
-        raise ConfigError(f"actor.model.model_type={model_type!r} is unknown; available: {', '.join(sorted(_POLICIES))}")
+        importlib.import_module(BUILTIN_POLICIES[model_type])
     return _POLICIES[model_type]
 
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from transformers import LlamaConfig
+from typing import TYPE_CHECKING, Any
 
 from embodied_rl.errors import CheckpointError
+
+if TYPE_CHECKING:  # transformers is imported when a model is built, not when a config is checked
+    from transformers import LlamaConfig
 
 CONFIG_NAME = "config.json"
 # Official ids (vision_backbone_id "dinosiglip-vit-so-224px").
@@ -38,6 +39,8 @@ class OpenVLAArchConfig:
     def llama_config(self) -> LlamaConfig:
         """The LLM config. HF writes nested configs as a diff against the class defaults (which are
         Llama-2-7B's), so official files may list only vocab_size / pad_token_id: fill in the defaults."""
+        from transformers import LlamaConfig
+
         return LlamaConfig(**{k: v for k, v in self.text_config.items() if k != "model_type"})
 
     @property

@@ -15,7 +15,6 @@ from embodied_rl.models.openvla_oft.arch_config import (
     DINOSIGLIP_TIMM_IDS,
     OpenVLAArchConfig,
 )
-from embodied_rl.models.openvla_oft.tiny_tokenizer import build_tiny_tokenizer
 
 IDENTITY_KEY = "identity"
 
@@ -64,6 +63,9 @@ def make_preset(name: str, *, image_size: int = 224, action_dim: int = 7, propri
     arch = PRESETS[name](image_size=image_size)
     if num_images_in_input is not None:
         arch.extra["num_images_in_input"] = num_images_in_input  # recorded so a mismatching config fails early
+    # transformers is imported only when a preset is made
+    from embodied_rl.models.openvla_oft.tiny_tokenizer import build_tiny_tokenizer
+
     tokenizer = build_tiny_tokenizer(arch.base_vocab_size, arch.n_action_bins)
     return arch, tokenizer, identity_statistics(action_dim, proprio_dim, unnorm_key)
 
