@@ -28,7 +28,7 @@ def register_policy(name: str) -> Callable[[type[BasePolicy]], type[BasePolicy]]
 
 
 # Built-in policies by the module that registers them, imported on first use: the config rules
-# check a model type against these names without importing torch and transformers.
+# check a model type against these names without importing transformers and peft.
 BUILTIN_POLICIES = {"openvla_oft": "embodied_rl.models.openvla_oft.policy"}
 
 

@@ -4,9 +4,9 @@ The first picture a process takes makes SAPIEN's renderer build its default BRDF
 (a compute shader of split-sum GGX integrals): ~6.5 s of CPU under software Vulkan, in every
 simulator process, each time one starts. Its shaders read the table only to weight the
 environment map's specular light, and a scene with no environment map (the ManiSkill tabletop
-tasks) lights nothing from it, so any finite table gives the same pixels (tests/
-test_env_maniskill.py compares them). A camera given a table of its own skips the build; every
-camera of such a scene gets a 1x1 zero table before its first picture. A scene with an
+tasks) lights nothing from it, so any finite table gives the same pixels
+(tests/test_env_brdf_lut.py compares them). A camera given a table of its own skips the build:
+every camera of such a scene gets a 1x1 zero table before its first picture. A scene with an
 environment map keeps SAPIEN's table.
 """
 from __future__ import annotations
