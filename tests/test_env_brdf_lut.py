@@ -30,7 +30,7 @@ task, ours, out = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
 params = ManiSkillParams(id=task, camera_heights=64, camera_widths=64)
 if ours:
     env = make_gym_env(params)
-    assert brdf_lut._TABLE, "the cameras got no table while gym.make built the scene"
+    assert brdf_lut._zero_table.cache_info().currsize, "the cameras got no table while gym.make built the scene"
     assert brdf_lut.give_cameras_a_table(env.unwrapped.scene) >= 1
 else:
     env = gym.make(task, obs_mode="rgb", control_mode=params.control_mode, num_envs=1,

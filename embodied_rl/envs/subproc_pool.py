@@ -43,7 +43,8 @@ PoolOptions = SubprocConfig
 # Modules the fork server imports once, so that every forkserver child starts with them loaded
 # (ManiSkill's import is ~2 s of a sub-env's ~5.6 s start). A factory names its heavy imports in a
 # `preload` attribute. The first forkserver child of a process starts the server: a module asked
-# for after that is imported by each child instead, as without a preload. '__main__' is the default.
+# for after that is imported by each child instead, as without a preload. '__main__' is multiprocessing's
+# default, inert in Python 3.11 (see main_script_module, which takes its place).
 _FORKSERVER_PRELOAD: list[str] = ["__main__"]
 
 

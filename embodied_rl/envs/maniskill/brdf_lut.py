@@ -11,18 +11,17 @@ environment map keeps SAPIEN's table.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-_TABLE: list[Any] = []  # the process's one 1x1 table, made once a render system exists
 
-
+@functools.cache
 def _zero_table() -> Any:
+    """The process's one 1x1 table (made on first use: a texture needs a render system to exist)."""
     import numpy as np
     import sapien
 
-    if not _TABLE:
-        _TABLE.append(sapien.render.RenderTexture(np.zeros((1, 1, 4), np.float32), 2, "R32G32B32A32Sfloat"))
-    return _TABLE[0]
+    return sapien.render.RenderTexture(np.zeros((1, 1, 4), np.float32), 2, "R32G32B32A32Sfloat")
 
 
 def give_cameras_a_table(scene: Any) -> int:
