@@ -16,7 +16,7 @@ seeded stream over the eval split, seeds [2^30, 2^31 - 1); the demos use reset i
 same initial states, greedily: eval sub-envs x --eval-epochs episodes.
 
     python benchmarks/learning.py                        # the recipe of docs/LEARNING.md (PushCube)
-    python benchmarks/learning.py --task pick_cube       # the same recipe on PickCube
+    python benchmarks/learning.py --task pick_cube       # on PickCube (PPO: 128 episodes per update, every bin)
     python benchmarks/learning.py --seeds 0 --minimal    # smallest size (tests/test_learning.py)
 
 Writes <out>/results.json and <out>/learning.png and prints the before/after table.
@@ -45,6 +45,9 @@ class Task:
     sft_steps: int        # default SFT optimizer steps (64 samples each): a deliberately weak policy
     privileged_state_dim: int  # the asymmetric critic's input: the task's state_dict + the clock
     rl_overrides: tuple[str, ...]  # the RL phases start from the SFT export on the SFT config's env
+    ppo_rollout_epochs: int = 4    # PPO's rollout epochs per step, one episode per training sub-env each
+    ppo_overrides: tuple[str, ...] = ()  # what PPO adds on this task after RL_SETTINGS["ppo"]
+    ppo_steps: int = 90            # PPO's training steps: what was measured and fits the recipe's time budget
 
 
 TASKS = {
@@ -53,13 +56,16 @@ TASKS = {
     # The policy reads the hidden goal from its 12-D state (proprio token), as in its SFT config.
     "pick_cube": Task("maniskill_sft_pick_cube_tiny", "demos/pick_cube_64", 200, 3000, 43,
                       ("env.train=maniskill_pick_cube", "env.eval=maniskill_pick_cube", "actor.model.use_proprio=true",
-                       "actor.model.proprio_dim=12")),
+                       "actor.model.proprio_dim=12"),
+                      # PPO with 64 episodes per update and the top 3 bins lowered its own success on PickCube
+                      # from the first updates; 128 episodes sampled from every bin raised it (docs/LEARNING.md).
+                      ppo_rollout_epochs=8, ppo_overrides=("algorithm.sampling_params.top_k=null",), ppo_steps=30),
 }
 RL_CONFIGS = {"ppo": "maniskill_ppo_tiny", "grpo": "maniskill_grpo_tiny"}
-# Training steps per phase, as measured in docs/LEARNING.md: PPO's PushCube gain kept growing to
-# step 90 (+10.9 points over 3 seeds at step 50, +24.0 at 90); GRPO's was measured at 30 (on
-# PickCube seed 0 it fell from +14.1 at step 30 to +4.7 at 50).
-RL_STEPS = {"ppo": 90, "grpo": 30}
+# GRPO's training steps, as measured in docs/LEARNING.md (on PickCube seed 0 its gain fell from
+# +14.1 at step 30 to +4.7 at 50). PPO's are the task's: its PushCube gain kept growing to step 90
+# (+10.9 points over 3 seeds at step 50, +24.0 at 90).
+GRPO_STEPS = 30
 # What both RL phases add to their configs: the dense reward over full 40-step episodes (a
 # success keeps collecting reward, so returns separate success from failure), tokens drawn at
 # temperature 0.5 from the 3 most likely bins (the sampled policy closest to the greedy one
@@ -124,27 +130,32 @@ def run_sft(seed: int, a: argparse.Namespace, work: Path) -> dict:
     return out
 
 
-def run_rl(algo: str, out: dict, a: argparse.Namespace, work: Path) -> None:
-    """One RL phase from seed out["seed"]'s SFT export; adds its evaluations and training curves to out."""
-    seed, eval_envs = out["seed"], out["eval_envs"]
-    # --train-envs per eval sub-env, --rollout-epochs per step (64 episodes per update by default:
+def rl_args(algo: str, seed: int, eval_envs: int, a: argparse.Namespace) -> list[str]:
+    """The `embodied-rl train` arguments of one RL phase from seed `seed`'s SFT export."""
+    # --train-envs per eval sub-env, rollout epochs per step (64 episodes per update by default:
     # 16 per update left PPO's advantages and its critic too noisy to move the policy), split
     # into --minibatches optimizer steps per update epoch.
     # --minimal: as few as fit; GRPO's groups of 4 must fill each env stage (4 per eval sub-env)
     train_envs = (1 if a.minimal and algo == "ppo" and a.ppo_groups == 1 else a.train_envs) * eval_envs
-    batch = train_envs * CHUNK_STEPS * a.rollout_epochs
-    name = f"{algo}_s{seed}"
     task = TASKS[a.task]
+    rollout_epochs = a.rollout_epochs or (task.ppo_rollout_epochs if algo == "ppo" else 4)
+    batch = train_envs * CHUNK_STEPS * rollout_epochs
     per_algo = ([f"algorithm.update_epoch={a.ppo_update_epochs}", f"runner.critic_warmup={0 if a.minimal else a.critic_warmup}",
-                 f"actor.model.privileged_state_dim={task.privileged_state_dim}", *_ppo_groups(a.ppo_groups)] if algo == "ppo" else [])
-    out["time_s"][algo] = cli(
+                 f"actor.model.privileged_state_dim={task.privileged_state_dim}", *_ppo_groups(a.ppo_groups), *task.ppo_overrides]
+                if algo == "ppo" else [])
+    return [
         "train", RL_CONFIGS[algo], f"actor.model.model_path=models/sft_s{seed}", "actor.model.create_preset=null", *task.rl_overrides,
-        f"runner.seed={seed}", f"runner.max_steps={a.rl_steps if a.rl_steps is not None else RL_STEPS[algo]}", "runner.val_before_train=true",
+        f"runner.seed={seed}", f"runner.max_steps={a.rl_steps or (task.ppo_steps if algo == 'ppo' else GRPO_STEPS)}", "runner.val_before_train=true",
         f"runner.val_check_interval={a.eval_every}", f"env.train.total_num_envs={train_envs}",
-        f"algorithm.rollout_epoch={a.rollout_epochs}", f"actor.optim.lr={a.grpo_lr if algo == 'grpo' else a.rl_lr}",
+        f"algorithm.rollout_epoch={rollout_epochs}", f"actor.optim.lr={a.grpo_lr if algo == 'grpo' else a.rl_lr}",
         f"actor.global_batch_size={batch // a.minibatches}", f"algorithm.eval_rollout_epoch={a.eval_epochs}",
-        f"env.eval.total_num_envs={eval_envs}", f"runner.experiment_name={name}", *RL_SETTINGS[algo], *per_algo,
-        *a.rl_set, cwd=work, log=work / "logs" / f"{name}.log")
+        f"env.eval.total_num_envs={eval_envs}", f"runner.experiment_name={algo}_s{seed}", *RL_SETTINGS[algo], *per_algo, *a.rl_set]
+
+
+def run_rl(algo: str, out: dict, a: argparse.Namespace, work: Path) -> None:
+    """One RL phase from seed out["seed"]'s SFT export; adds its evaluations and training curves to out."""
+    name = f"{algo}_s{out['seed']}"
+    out["time_s"][algo] = cli(*rl_args(algo, out["seed"], out["eval_envs"], a), cwd=work, log=work / "logs" / f"{name}.log")
     m = metrics(work / "runs" / name)
     out[f"{algo}_evals"] = evals(m)
     out[f"{algo}_env_steps_per_step"] = _env_steps(work / "runs" / name)
@@ -243,19 +254,20 @@ def _positive(text: str) -> int:
     return value
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, with the task's defaults filled in."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--task", choices=list(TASKS), default="push_cube")
     p.add_argument("--out", type=Path, default=None, help="working directory (demos/, models/, runs/ are made in it); default runs/learning_TASK")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--demos", type=_positive, default=None, help="expert demonstrations (default: the task's, 100 PushCube, 200 PickCube)")
     p.add_argument("--sft-steps", type=_positive, default=None, help="SFT optimizer steps of 64 samples (default: the task's, 300 PushCube, 3000 PickCube)")
-    p.add_argument("--rl-steps", type=_positive, default=None, help="training steps of every RL phase (default: PPO 90, GRPO 30)")
+    p.add_argument("--rl-steps", type=_positive, default=None, help="training steps of every RL phase (default: PPO 90, on PickCube 30; GRPO 30)")
     p.add_argument("--rl-lr", type=float, default=2e-4, help="policy learning rate of PPO")
     p.add_argument("--grpo-lr", type=float, default=1e-4, help="policy learning rate of GRPO")
     p.add_argument("--reuse-sft", action="store_true", help="take each seed's SFT run and export from --out when they exist (same SFT settings)")
     p.add_argument("--train-envs", type=_positive, default=4, help="training sub-envs per eval sub-env")
-    p.add_argument("--rollout-epochs", type=_positive, default=4, help="rollout epochs per RL step")
+    p.add_argument("--rollout-epochs", type=_positive, default=None, help="rollout epochs per RL step (default 4; PPO on PickCube 8)")
     p.add_argument("--minibatches", type=_positive, default=4, help="optimizer steps per update epoch (the rollout batch split evenly)")
     p.add_argument("--ppo-update-epochs", type=_positive, default=4, help="PPO passes over each rollout batch (GRPO: 1)")
     p.add_argument("--ppo-groups", type=_positive, default=1, help="PPO: sub-envs per reset state whose leave-one-out mean advantage is subtracted (algorithm.group_baseline); 1 = off")
@@ -273,6 +285,12 @@ def main(argv: list[str] | None = None) -> int:
     a.sft_steps = task.sft_steps if a.sft_steps is None else a.sft_steps
     if a.minimal:
         a.demos, a.sft_steps, a.rl_steps, a.eval_every, a.eval_epochs, a.rollout_epochs, a.minibatches = 2, 1, 1, 1, 1, 1, 1
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    task = TASKS[a.task]
     work = a.out.resolve()
     (work / "logs").mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
