@@ -34,6 +34,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+# Rollout epochs per RL step, one episode per training sub-env each: 64 episodes per update with
+# 16 sub-envs (16 per update left PPO's advantages and its critic too noisy to move the policy).
+ROLLOUT_EPOCHS = 4
+
 
 @dataclass(frozen=True)
 class Task:
@@ -45,7 +49,7 @@ class Task:
     sft_steps: int        # default SFT optimizer steps (64 samples each): a deliberately weak policy
     privileged_state_dim: int  # the asymmetric critic's input: the task's state_dict + the clock
     rl_overrides: tuple[str, ...]  # the RL phases start from the SFT export on the SFT config's env
-    ppo_rollout_epochs: int = 4    # PPO's rollout epochs per step, one episode per training sub-env each
+    ppo_rollout_epochs: int = ROLLOUT_EPOCHS  # PPO's rollout epochs per step
     ppo_overrides: tuple[str, ...] = ()  # what PPO adds on this task after RL_SETTINGS["ppo"]
     ppo_steps: int = 90            # PPO's training steps: what was measured and fits the recipe's time budget
 
@@ -132,13 +136,12 @@ def run_sft(seed: int, a: argparse.Namespace, work: Path) -> dict:
 
 def rl_args(algo: str, seed: int, eval_envs: int, a: argparse.Namespace) -> list[str]:
     """The `embodied-rl train` arguments of one RL phase from seed `seed`'s SFT export."""
-    # --train-envs per eval sub-env, rollout epochs per step (64 episodes per update by default:
-    # 16 per update left PPO's advantages and its critic too noisy to move the policy), split
-    # into --minibatches optimizer steps per update epoch.
+    # --train-envs per eval sub-env, rollout epochs per step, split into --minibatches optimizer
+    # steps per update epoch.
     # --minimal: as few as fit; GRPO's groups of 4 must fill each env stage (4 per eval sub-env)
     train_envs = (1 if a.minimal and algo == "ppo" and a.ppo_groups == 1 else a.train_envs) * eval_envs
     task = TASKS[a.task]
-    rollout_epochs = a.rollout_epochs or (task.ppo_rollout_epochs if algo == "ppo" else 4)
+    rollout_epochs = a.rollout_epochs or (task.ppo_rollout_epochs if algo == "ppo" else ROLLOUT_EPOCHS)
     batch = train_envs * CHUNK_STEPS * rollout_epochs
     per_algo = ([f"algorithm.update_epoch={a.ppo_update_epochs}", f"runner.critic_warmup={0 if a.minimal else a.critic_warmup}",
                  f"actor.model.privileged_state_dim={task.privileged_state_dim}", *_ppo_groups(a.ppo_groups), *task.ppo_overrides]

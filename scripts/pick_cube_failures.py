@@ -31,7 +31,6 @@ def reach_distance(reward: float) -> float:
 
 def stages(rewards: torch.Tensor, success: torch.Tensor) -> dict[str, torch.Tensor]:
     """rewards [N, T] dense (not normalised), success bool [N, T] -> bool [N] per stage."""
-    best = rewards.max(-1).values
     won = success.any(-1)
     held = rewards >= GRASPED
     # grasped and within 2.5 cm of the goal: reach ~1 + 1 + (1 - tanh(0.125)) = 2.88
@@ -42,7 +41,6 @@ def stages(rewards: torch.Tensor, success: torch.Tensor) -> dict[str, torch.Tens
         "  of which dropped by the end": held.any(-1) & ~held[:, -1] & ~placed & ~won,
         "placed, not still (no success)": placed & ~won,
         "success": won,
-        "_best": best,
     }
 
 
@@ -94,12 +92,12 @@ def main() -> None:
             success.append(torch.cat(s, -1))
     finally:
         env.close()
-    by_stage = stages(torch.cat(rewards), torch.cat(success))
-    best = by_stage.pop("_best")
-    print(f"{args.run.name} step {args.step} ({'sampled' if args.sample else 'greedy'}): {len(best)} episodes")
+    rewards = torch.cat(rewards)
+    by_stage = stages(rewards, torch.cat(success))
+    print(f"{args.run.name} step {args.step} ({'sampled' if args.sample else 'greedy'}): {len(rewards)} episodes")
     for name, mask in by_stage.items():
         print(f"  {name:32s} {int(mask.sum()):3d}")
-    missed = best[by_stage["never grasped"]]
+    missed = rewards.max(-1).values[by_stage["never grasped"]]
     if len(missed):
         q = torch.quantile(missed.double(), torch.tensor([0.75, 0.5, 0.25], dtype=torch.double))
         cm = ", ".join(f"{100 * reach_distance(float(x)):.1f}" for x in q)
