@@ -38,9 +38,10 @@ def load_config(name_or_path: str = DEFAULT_EXPERIMENT, overrides: Sequence[str]
         raise err.naming(name_or_path, overrides) from None
 
 
-def config_from_dict(data: dict[str, Any], resources: Resources | None = None, *, plan: bool = True) -> RootConfig:
-    """Validate an already composed tree (e.g. a run's saved config.yaml)."""
-    return validate(resolve(data), RULE_SETS, resources, plan=plan)
+def config_from_dict(data: dict[str, Any], resources: Resources | None = None, *, plan: bool = True,
+                     skip: Collection[str] = ()) -> RootConfig:
+    """Validate an already composed tree (e.g. a run's saved config.yaml); `skip` as in load_config."""
+    return validate(resolve(data), RULE_SETS, resources, plan=plan, skip=skip)
 
 
 __all__ = ["RULE_SETS", "check_compare", "config_from_dict", "load_config"]

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 
 
 def between_state_share(x: torch.Tensor, group_size: int) -> float:
@@ -35,11 +34,9 @@ def corr(a: torch.Tensor, b: torch.Tensor) -> float:
 def main() -> None:
     from embodied_rl.algorithms import RunningRewardStats, compute_advantages
     from embodied_rl.algorithms.estimators import group_normalized_scores
-    from embodied_rl.configure import config_from_dict
     from embodied_rl.envs import make_env
-    from embodied_rl.models.rollout_backends import build_rollout_policy
     from embodied_rl.process_env import configure_process_env
-    from embodied_rl.runtime.checkpoint import load_runner_state, load_trainable_weights
+    from embodied_rl.runtime.checkpoint import checkpoint_policy, load_runner_state
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("run", type=Path, help="a training run directory with checkpoints")
@@ -52,16 +49,11 @@ def main() -> None:
     configure_process_env()
 
     ckpt = args.run / "checkpoints" / f"global_step_{args.step:08d}"
-    cfg = config_from_dict(OmegaConf.to_container(OmegaConf.load(ckpt / "config.yaml"), resolve=True), plan=False)
-    if not cfg.algorithm.uses_critic:
-        raise SystemExit(f"{ckpt}: adv_type={cfg.algorithm.adv_type} has no critic to examine")
     if args.envs % args.group_size or (args.groups * args.group_size) % args.envs:
         raise SystemExit("--envs must be a multiple of --group-size and divide --groups x --group-size")
-    policy = build_rollout_policy("huggingface", cfg.actor.model, device=torch.device("cpu"), init_seed=cfg.runner.seed)
-    weights, _, stats = load_trainable_weights(str(ckpt), args.run)
-    policy.load_trainable_state_dict(weights)
-    if stats is not None:  # as the runner does: the checkpoint's statistics win over model_path's
-        policy.set_dataset_statistics(stats)
+    cfg, policy = checkpoint_policy(ckpt)
+    if not cfg.algorithm.uses_critic:
+        raise SystemExit(f"{ckpt}: adv_type={cfg.algorithm.adv_type} has no critic to examine")
     env_cfg = dataclasses.replace(cfg.env.train, group_size=args.group_size, auto_reset=False)
     env = make_env(env_cfg, args.envs, seed_offset=1000 + args.seed)
     sp, chunks = cfg.algorithm.sampling_params, -(-env_cfg.max_episode_steps // cfg.actor.model.num_action_chunks)

@@ -19,7 +19,6 @@ import math
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 
 GRASPED = 1.5  # reward level of a step that holds the cube
 
@@ -45,11 +44,9 @@ def stages(rewards: torch.Tensor, success: torch.Tensor) -> dict[str, torch.Tens
 
 
 def main() -> None:
-    from embodied_rl.configure import config_from_dict
     from embodied_rl.envs import make_env
-    from embodied_rl.models.rollout_backends import build_rollout_policy
     from embodied_rl.process_env import configure_process_env
-    from embodied_rl.runtime.checkpoint import load_trainable_weights
+    from embodied_rl.runtime.checkpoint import checkpoint_policy
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("run", type=Path, help="a run directory with checkpoints (SFT or RL)")
@@ -61,14 +58,9 @@ def main() -> None:
     ckpt = args.run / "checkpoints" / f"global_step_{args.step:08d}"
     if not ckpt.is_dir():
         raise SystemExit(f"{ckpt}: no such checkpoint; pick a step listed in {args.run / 'checkpoints'}")
-    cfg = config_from_dict(OmegaConf.to_container(OmegaConf.load(ckpt / "config.yaml"), resolve=True), plan=False)
+    cfg, policy = checkpoint_policy(ckpt)
     if cfg.env.eval.init_params.get("id") != "PickCube-v1":
         raise SystemExit(f"{ckpt}: env.eval is {cfg.env.eval.init_params.get('id')}, this reads PickCube-v1's reward levels")
-    policy = build_rollout_policy("huggingface", cfg.actor.model, device=torch.device("cpu"), init_seed=cfg.runner.seed)
-    weights, _, stats = load_trainable_weights(str(ckpt), args.run)
-    policy.load_trainable_state_dict(weights)
-    if stats is not None:
-        policy.set_dataset_statistics(stats)
     params = dict(cfg.env.eval.init_params, reward_mode="dense")
     video_cfg = dataclasses.replace(cfg.env.eval.video_cfg, save_video=False)
     env_cfg = dataclasses.replace(cfg.env.eval, init_params=params, video_cfg=video_cfg)

@@ -6,6 +6,7 @@ eval rollouts with videos) is shared by the tests that read what it wrote.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -134,6 +135,30 @@ def test_eval_of_the_sft_checkpoint_reproduces_its_last_evaluation(overfit_run, 
     last = read_metrics(overfit_run)[300]
     for key in ("eval/success_once", "eval/return", "eval/episode_len"):
         assert alone[key] == pytest.approx(last[key]), key
+
+
+@pytest.mark.slow
+def test_checkpoint_policy_acts_as_the_exported_policy(overfit_run, work, tmp_path, monkeypatch) -> None:
+    """The in-process policy of a checkpoint (what replay scripts use) carries the run's config,
+    weights and demo statistics: its greedy actions equal the exported plain model's."""
+    monkeypatch.chdir(work)  # the run's relative paths (model_path) resolve where it ran, as for the CLI
+    from embodied_rl.models import build_policy
+    from embodied_rl.runtime.checkpoint import checkpoint_policy, export_policy
+    from embodied_rl.types import EnvObservation
+
+    ckpt = overfit_run / "checkpoints" / "global_step_00000300"
+    cfg, policy = checkpoint_policy(ckpt)
+    assert cfg.runner.paradigm == "sft" and cfg.runner.max_steps == 300
+    _, from_run_dir = checkpoint_policy(overfit_run)  # a run directory means its latest checkpoint
+    exported = build_policy(dataclasses.replace(cfg.actor.model, model_path=str(export_policy(ckpt, cfg.actor.model, tmp_path / "m")),
+                                                create_preset=None), device="cpu").eval()
+    gen = torch.Generator().manual_seed(0)
+    obs = EnvObservation(main_images=torch.randint(0, 256, (2, 64, 64, 3), generator=gen, dtype=torch.uint8).numpy(),
+                         states=torch.randn(2, 8, generator=gen).numpy(), task_descriptions=[cfg.env.train.task_description] * 2)
+    with torch.no_grad():
+        acts = [p.predict(p.prepare_inputs(obs), do_sample=False).actions for p in (policy, from_run_dir, exported)]
+    assert torch.equal(acts[0], acts[2]) and torch.equal(acts[1], acts[2])
+    assert exported.unnorm_key == "PushCube-v1"
 
 
 @pytest.mark.slow
