@@ -36,7 +36,8 @@ def main() -> None:
     from embodied_rl.algorithms.estimators import group_normalized_scores
     from embodied_rl.envs import make_env
     from embodied_rl.process_env import configure_process_env
-    from embodied_rl.runtime.checkpoint import checkpoint_policy, load_runner_state
+    from embodied_rl.replay import checkpoint_policy
+    from embodied_rl.runtime.checkpoint import load_runner_state
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("run", type=Path, help="a training run directory with checkpoints")

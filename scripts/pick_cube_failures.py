@@ -46,7 +46,7 @@ def stages(rewards: torch.Tensor, success: torch.Tensor) -> dict[str, torch.Tens
 def main() -> None:
     from embodied_rl.envs import make_env
     from embodied_rl.process_env import configure_process_env
-    from embodied_rl.runtime.checkpoint import checkpoint_policy
+    from embodied_rl.replay import checkpoint_policy
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("run", type=Path, help="a run directory with checkpoints (SFT or RL)")

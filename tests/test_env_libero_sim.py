@@ -98,6 +98,39 @@ def test_success_when_the_bowl_is_placed_on_the_plate(env):
     assert all(r[1] == 0.0 and not r[2] for r in results[:k])
 
 
+def _episode(cell: float | None) -> tuple[list[dict], np.ndarray, int]:
+    """Observations of reset id 0 and two steps, the final qpos, and the render-only meshes'
+    triangles, from a sub-env with init_params.visual_mesh_cell=cell. Run in a process of its
+    own, as sub-envs always are: robosuite draws with whichever GL context is current, so two
+    LIBERO envs of one process can render each other's meshes."""
+    from embodied_rl.envs.libero.visual_lod import render_only_meshes
+
+    env = LiberoSubEnv(LiberoParams(task_ids=[0, 1], visual_mesh_cell=cell, **PARAMS))
+    try:
+        obs = [env.reset(0)]
+        for action in ([0.5, 0.2, -0.3, 0, 0, 0.1, 1.0], [-0.2, 0.4, 0.1, 0.1, 0, 0, -1.0]):
+            obs.append(env.step(np.array(action))[0])
+        model = env.sim.model._model
+        return obs, env.sim.data.qpos.copy(), int(model.mesh_facenum[render_only_meshes(model)].sum())
+    finally:
+        env.close()
+
+
+def test_simplified_meshes_render_close_to_libero_s_own_and_leave_the_physics_alone():
+    """init_params.visual_mesh_cell: the same episode with LIBERO's meshes and with its render-only
+    meshes clustered on 8 mm: bit-identical physics and proprio, pictures a few levels apart."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        (full, qpos_full, faces_full), (simple, qpos_simple, faces_simple) = pool.map(_episode, [None, 0.008])
+    assert np.array_equal(qpos_full, qpos_simple) and faces_simple < faces_full / 4, (faces_full, faces_simple)
+    for a, b in zip(full, simple):
+        assert np.array_equal(a["state"], b["state"])
+        for key in ("main_image", "wrist_image"):
+            diff = np.abs(a[key].astype(int) - b[key].astype(int)).mean()
+            assert 0.0 < diff < 5.0, (key, diff)  # measured: ~2 (main) and ~3 (wrist) levels
+
+
 def test_bad_action_is_rejected(env):
     env.reset(0)
     with pytest.raises(ValueError, match="7-D"):

@@ -81,3 +81,66 @@ def test_a_sub_env_renders_the_simplified_robot_close_to_the_full_one():
     finally:
         for env in envs.values():
             env.close()
+
+
+def sphere_mesh(n: int, radius: float) -> tuple[np.ndarray, np.ndarray]:
+    """A closed UV sphere: n rings of 2n vertices between two poles, outward-facing triangles."""
+    rings = [(np.sin(np.pi * (j + 1) / (n + 1)), np.cos(np.pi * (j + 1) / (n + 1))) for j in range(n)]
+    ring_v = [(r * np.cos(np.pi * i / n), r * np.sin(np.pi * i / n), z) for r, z in rings for i in range(2 * n)]
+    v = np.array([(0.0, 0.0, 1.0), *ring_v, (0.0, 0.0, -1.0)], np.float32) * radius
+    at = lambda j, i: 1 + j * 2 * n + i % (2 * n)
+    tris = [(0, at(0, i), at(0, i + 1)) for i in range(2 * n)]
+    for j in range(n - 1):
+        for i in range(2 * n):
+            tris += [(at(j, i), at(j + 1, i), at(j + 1, i + 1)), (at(j, i), at(j + 1, i + 1), at(j, i + 1))]
+    tris += [(len(v) - 1, at(n - 1, i + 1), at(n - 1, i)) for i in range(2 * n)]
+    return v, np.array(tris, np.uint32)
+
+
+def _mjcf_with_two_meshes(n: int) -> str:
+    """A MuJoCo model whose two identical sphere meshes are used by a render-only geom and by a
+    colliding one (a falling body)."""
+    v, f = sphere_mesh(n, 0.05)
+    verts, faces = " ".join(map(str, v.reshape(-1).tolist())), " ".join(map(str, f.reshape(-1).tolist()))
+    return f"""<mujoco><asset>
+      <mesh name="seen" vertex="{verts}" face="{faces}"/><mesh name="touched" vertex="{verts}" face="{faces}"/>
+    </asset><worldbody>
+      <geom type="plane" size="1 1 0.1"/>
+      <geom type="mesh" mesh="seen" contype="0" conaffinity="0" pos="0.5 0 0.5"/>
+      <body pos="0 0 0.2"><freejoint/><geom type="mesh" mesh="touched"/></body>
+    </worldbody></mujoco>"""
+
+
+def test_libero_simplification_touches_render_only_meshes_in_place():
+    import mujoco
+
+    from embodied_rl.envs.libero.visual_lod import (
+        render_only_meshes,
+        simplify_visual_meshes,
+    )
+
+    full, simple = (mujoco.MjModel.from_xml_string(_mjcf_with_two_meshes(40)) for _ in range(2))
+    seen, touched = (mujoco.mj_name2id(full, mujoco.mjtObj.mjOBJ_MESH, name) for name in ("seen", "touched"))
+    assert render_only_meshes(full).tolist() == [i == seen for i in range(full.nmesh)]
+    before, after = simplify_visual_meshes(simple, 0.025)  # vertices ~4 mm apart on a 5 cm sphere
+    assert before == full.mesh_facenum[seen] and 0 < after < before / 8
+    assert simple.mesh_facenum[seen] == after and simple.mesh_vertnum[seen] < full.mesh_vertnum[seen]
+    fa, fn, vn = simple.mesh_faceadr[seen], simple.mesh_facenum[seen], simple.mesh_vertnum[seen]
+    faces = simple.mesh_face[fa:fa + fn]
+    assert faces.max() < vn and all(len(set(t)) == 3 for t in faces.tolist())
+    for name in ("mesh_vert", "mesh_face", "mesh_vertnum", "mesh_facenum"):  # the colliding mesh is the task's own
+        a, b = getattr(full, name), getattr(simple, name)
+        if name.endswith("num"):
+            assert a[touched] == b[touched]
+        else:
+            adr = getattr(full, name.replace("vert", "vertadr").replace("face", "faceadr"))[touched]
+            num = full.mesh_vertnum[touched] if name == "mesh_vert" else full.mesh_facenum[touched]
+            assert np.array_equal(a[adr:adr + num], b[adr:adr + num])
+    # the physics never reads render-only meshes: the same fall, bit for bit
+    states = []
+    for model in (full, simple):
+        data = mujoco.MjData(model)
+        for _ in range(200):
+            mujoco.mj_step(model, data)
+        states.append(data.qpos.copy())
+    assert np.array_equal(*states) and states[0][2] < 0.2

@@ -22,6 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("workers",),
     ("runtime",),
     ("configure", "config_docs", "review"),
+    ("replay",),
     ("cli",),
 )
 

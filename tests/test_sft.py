@@ -143,7 +143,8 @@ def test_checkpoint_policy_acts_as_the_exported_policy(overfit_run, work, tmp_pa
     weights and demo statistics: its greedy actions equal the exported plain model's."""
     monkeypatch.chdir(work)  # the run's relative paths (model_path) resolve where it ran, as for the CLI
     from embodied_rl.models import build_policy
-    from embodied_rl.runtime.checkpoint import checkpoint_policy, export_policy
+    from embodied_rl.replay import checkpoint_policy
+    from embodied_rl.runtime.checkpoint import export_policy
     from embodied_rl.types import EnvObservation
 
     ckpt = overfit_run / "checkpoints" / "global_step_00000300"

@@ -213,27 +213,6 @@ def export_policy(ckpt_dir: str | Path, model_cfg, out_dir: str | Path, *, merge
     return out
 
 
-def checkpoint_policy(ckpt_dir: str | Path, *, device: str = "cpu"):
-    """(the run's config, its HuggingFace rollout policy with the checkpoint's weights and
-    statistics), built in this process: a checkpoint's policy for scripts that replay its
-    episodes outside a run. Relative paths of the run's config (model_path) resolve against the
-    current directory, as for `embodied-rl eval`. Runs load weights through their workers instead."""
-    from omegaconf import OmegaConf
-
-    from embodied_rl.configure import config_from_dict
-    from embodied_rl.models.rollout_backends import build_rollout_policy
-
-    d = resolve_resume_dir(str(ckpt_dir), ".", key="checkpoint")
-    # The demos an SFT run trained on are not needed to act (and may lie elsewhere).
-    cfg = config_from_dict(OmegaConf.to_container(OmegaConf.load(d / CONFIG), resolve=True), plan=False, skip=("sft_data",))
-    policy = build_rollout_policy("huggingface", cfg.actor.model, device=torch.device(device), init_seed=cfg.runner.seed)
-    weights, _, stats = load_trainable_weights(str(d), d)
-    policy.load_trainable_state_dict(weights)
-    if stats is not None:  # as the runner does: the checkpoint's statistics win over model_path's
-        policy.set_dataset_statistics(stats)
-    return cfg, policy
-
-
 def load_trainable_weights(path: str, run_dir: str | Path) -> tuple[dict[str, torch.Tensor], int, dict[str, Any] | None]:
     """`runner.ckpt_path` -> (trainable tensors, weight version, dataset statistics or None) of a
     training checkpoint.

@@ -22,6 +22,7 @@ from embodied_rl.envs.libero.observation import (
 from embodied_rl.envs.libero.params import LiberoParams
 from embodied_rl.envs.libero.setup import ensure_libero_ready
 from embodied_rl.envs.libero.suites import LiberoTask, TaskIndex, load_init_states
+from embodied_rl.envs.libero.visual_lod import simplify_visual_meshes
 
 #: robosuite ends episodes itself at `horizon` and then raises on the next step; episode length is
 #: the vector env's job (max_episode_steps), so robosuite's own limit is switched off.
@@ -72,6 +73,14 @@ class LiberoSubEnv(SubEnv):
             control_freq=self.params.control_freq,
             **_ROBOSUITE_KWARGS,
         )
+        if self.params.visual_mesh_cell is not None:
+            # robosuite's MjSim holds the compiled MjModel and the offscreen context made from it;
+            # the upload goes to that context's GL context (robosuite draws with the current one).
+            sim = env.sim
+            context = sim._render_context_offscreen
+            if context is not None:
+                context.gl_ctx.make_current()
+            simplify_visual_meshes(sim.model._model, self.params.visual_mesh_cell, None if context is None else context.con)
         return env
 
     def _env_for(self, task: LiberoTask):

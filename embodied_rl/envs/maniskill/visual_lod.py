@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from embodied_rl.envs.mesh_clustering import grid_clusters, surviving_triangles
+
 # Appended to the name of a render body built here: a body carrying it is already simplified
 # (a task that reconfigures on reset rebuilds its robot, which then carries the full meshes again).
 MARK = "#lod"
@@ -30,23 +32,13 @@ def cluster_vertices(vertices: np.ndarray, triangles: np.ndarray, normals: np.nd
     its vertices; a triangle whose corners fall in fewer than 3 clusters is dropped, as is a
     repeat of a kept triangle; the kept ones keep their order and winding.
     """
-    keys = np.floor(np.asarray(vertices, np.float64) / cell).astype(np.int64)
-    _, inverse, counts = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
-    inverse = inverse.reshape(-1)
-
-    def mean(values: np.ndarray) -> np.ndarray:
-        out = np.zeros((counts.shape[0], values.shape[1]), np.float64)
-        np.add.at(out, inverse, values)
-        return out / counts[:, None]
-
-    new_normals = mean(np.asarray(normals, np.float64))
+    clusters = grid_clusters(vertices, cell)
+    new_normals = clusters.mean(normals)
     new_normals /= np.maximum(np.linalg.norm(new_normals, axis=1, keepdims=True), 1e-12)
-    tris = inverse[np.asarray(triangles, np.int64)]
-    tris = tris[(tris[:, 0] != tris[:, 1]) & (tris[:, 1] != tris[:, 2]) & (tris[:, 0] != tris[:, 2])]
-    _, first = np.unique(np.sort(tris, axis=1), axis=0, return_index=True)
-    tris = tris[np.sort(first)]
-    return (mean(np.asarray(vertices, np.float64)).astype(np.float32), tris.astype(np.uint32),
-            new_normals.astype(np.float32), mean(np.asarray(uvs, np.float64)).astype(np.float32))
+    tris = clusters.of_vertex[np.asarray(triangles, np.int64)]
+    tris = tris[surviving_triangles(tris)]
+    return (clusters.mean(vertices).astype(np.float32), tris.astype(np.uint32),
+            new_normals.astype(np.float32), clusters.mean(uvs).astype(np.float32))
 
 
 def simplify_robot_visuals(env: Any, cell: float) -> bool:
