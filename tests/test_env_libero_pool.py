@@ -19,8 +19,10 @@ from embodied_rl.envs.vector_env import ChunkedVectorEnv
 from embodied_rl.errors import ConfigError
 
 pytestmark = [pytest.mark.libero, pytest.mark.slow]
+# Small, fast pictures (render-only meshes clustered): these tests are about the pool, not pixels.
 SMALL = ["env.train.init_params.camera_heights=64", "env.train.init_params.camera_widths=64",
-         "env.train.init_params.num_steps_wait=2", "env.train.video_cfg.save_video=false"]
+         "env.train.init_params.visual_mesh_cell=0.008", "env.train.init_params.num_steps_wait=2",
+         "env.train.video_cfg.save_video=false"]
 
 
 def _env_cfg(*overrides: str) -> EnvConfig:
@@ -123,7 +125,7 @@ class BowlOnPlateFactory:
 def bowl_backend(vec):
     vec.close()  # keep at most two LIBERO processes alive
     params = LiberoParams(task_suite_name="libero_spatial", task_ids=[0], camera_heights=64, camera_widths=64,
-                          num_steps_wait=2)
+                          num_steps_wait=2, visual_mesh_cell=0.008)
     backend = SubprocBackend(BowlOnPlateFactory(params), 1, num_reset_ids=50, action_dim=7)
     yield backend
     backend.close()

@@ -144,3 +144,34 @@ def test_libero_simplification_touches_render_only_meshes_in_place():
             mujoco.mj_step(model, data)
         states.append(data.qpos.copy())
     assert np.array_equal(*states) and states[0][2] < 0.2
+
+
+@pytest.mark.parametrize("cell", [0.02, 1e-12])  # one int64 key per cell, and a grid too fine for one
+def test_grid_clusters_number_cells_in_lexicographic_order(cell):
+    from embodied_rl.envs.mesh_clustering import grid_clusters, surviving_triangles
+
+    v, f = sphere_mesh(30, 0.05)
+    v = np.concatenate([v, v[:10]])  # repeated vertices share a cluster at any cell
+    cells = np.floor(v.astype(np.float64) / cell).astype(np.int64)
+    _, inverse, counts = np.unique(cells, axis=0, return_inverse=True, return_counts=True)
+    clusters = grid_clusters(v, cell)
+    assert np.array_equal(clusters.of_vertex, inverse.reshape(-1)) and np.array_equal(clusters.counts, counts)
+    assert np.allclose(clusters.mean(v)[clusters.of_vertex[:10]], v[:10], atol=cell + 1e-7)
+    corners = np.concatenate([clusters.of_vertex[f], clusters.of_vertex[f][:5, ::-1]])  # reversed repeats at the end
+    seen, expected = set(), []
+    for i, t in enumerate(corners.tolist()):
+        if len(set(t)) == 3 and tuple(sorted(t)) not in seen:
+            seen.add(tuple(sorted(t)))
+            expected.append(i)
+    assert surviving_triangles(corners).tolist() == expected and expected[-1] < len(f)
+
+
+def test_a_mesh_is_clustered_once_per_content_and_cell():
+    from embodied_rl.envs.maniskill.visual_lod import _clustered
+
+    v, f = grid_mesh(8)
+    n, uv = np.tile([[0.0, 0.0, 1.0]], (len(v), 1)).astype(np.float32), v[:, :2].copy()
+    first = _clustered(v, f, n, uv, 0.3)
+    assert _clustered(v.copy(), f.copy(), n, uv, 0.3) is first  # same content: remembered
+    assert all(np.array_equal(a, b) for a, b in zip(first, cluster_vertices(v, f, n, uv, 0.3)))
+    assert _clustered(v, f, n, uv, 0.2) is not first and _clustered(v + 1.0, f, n, uv, 0.3) is not first

@@ -109,6 +109,10 @@ def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs
             args=(rollout_model, wiring),
             kwargs=rollout_worker_kwargs(cfg, n_env),
         )
+        # The actor processes start (imports) while the rollout workers build their policies:
+        # their constructors touch no channel.
+        actor = (WorkerGroup(_actor_cls(), cluster, placement, "actor", name=cfg.actor.group_name, args=(cfg,), **named)
+                 if with_actor else None)
         rollout.get_rng_state().wait(SETUP_TIMEOUT_S)  # barrier: consumers registered
         env_cfgs = {mode: getattr(cfg.env, mode) for mode in used_modes(cfg)}
         env = WorkerGroup(
@@ -117,9 +121,7 @@ def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs
             kwargs={"num_rollout_workers": n_rollout, "pipeline_stage_num": cfg.rollout.pipeline_stage_num,
                     "video_dirs": video_dirs, "run_name": run_name},
         )
-        actor = None
-        if with_actor:
-            actor = WorkerGroup(_actor_cls(), cluster, placement, "actor", name=cfg.actor.group_name, args=(cfg,), **named)
+        if actor is not None:
             addr, port = ray.get(actor.workers[0].get_master_address.remote())
             actor.setup(addr, port).wait(SETUP_TIMEOUT_S)
         return Groups(cluster, placement, wiring, env, rollout, actor)
