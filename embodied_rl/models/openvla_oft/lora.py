@@ -7,18 +7,20 @@ trainable and are never wrapped. Adapters are saved with peft (`adapter_config.j
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model
 from torch import nn
 
 from embodied_rl.errors import UserError
 
 if TYPE_CHECKING:
+    from peft import PeftModel
+
     from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
 
 ADAPTER_DIR = "lora_adapter"
@@ -28,6 +30,8 @@ REFERENCE_ADAPTER = "kl_reference"
 
 def apply_lora(core: nn.Module, cfg: OpenVLAOFTConfig, adapter_dir: str | Path | None) -> PeftModel:
     """Wrap `core`: load adapters from `adapter_dir` (trainable), or add fresh ones (B = 0, so outputs are unchanged)."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
     if adapter_dir is not None:
         if not (Path(adapter_dir) / "adapter_config.json").is_file():
             raise UserError(f"actor.model.lora_path={adapter_dir}: no adapter_config.json there (expected a peft adapter directory)")
@@ -44,13 +48,13 @@ def apply_lora(core: nn.Module, cfg: OpenVLAOFTConfig, adapter_dir: str | Path |
 
 def unwrap(vla: nn.Module) -> nn.Module:
     """The core network (with LoRA layers still injected when wrapped)."""
-    return vla.get_base_model() if isinstance(vla, PeftModel) else vla
+    return vla.get_base_model() if is_peft(vla) else vla
 
 
 def base_state_dict(vla: nn.Module) -> dict[str, torch.Tensor]:
     """Frozen base weights under the official names (LoRA tensors dropped, `.base_layer.` removed)."""
     sd = unwrap(vla).state_dict()
-    if not isinstance(vla, PeftModel):
+    if not is_peft(vla):
         return sd
     return {k.replace(".base_layer.", "."): v for k, v in sd.items() if "lora_" not in k}
 
@@ -62,7 +66,7 @@ def merged_state_dict(vla: nn.Module) -> dict[str, torch.Tensor]:
     from peft.tuners.lora import LoraLayer
 
     sd = base_state_dict(vla)
-    if not isinstance(vla, PeftModel):
+    if not is_peft(vla):
         return sd
     active = vla.active_adapter
     with torch.no_grad():
@@ -75,13 +79,13 @@ def merged_state_dict(vla: nn.Module) -> dict[str, torch.Tensor]:
 
 def merged_core(vla: nn.Module) -> nn.Module:
     """A copy of the core with the adapters folded into the base weights (the policy is left untouched)."""
-    if not isinstance(vla, PeftModel):
+    if not is_peft(vla):
         return vla
     return copy.deepcopy(vla).merge_and_unload()
 
 
 def save_adapters(vla: nn.Module, out_dir: str | Path) -> None:
-    if isinstance(vla, PeftModel):
+    if is_peft(vla):
         # lm_head is a LoRA target but stays frozen: save only the adapters, not a copy of it.
         vla.save_pretrained(str(Path(out_dir) / ADAPTER_DIR), save_embedding_layers=False,
                             selected_adapters=[vla.active_adapter])
@@ -122,3 +126,10 @@ def starting_adapters(vla: PeftModel) -> Iterator[None]:
         yield
     finally:
         vla.set_adapter(active)  # also makes it trainable again, as it was loaded
+
+
+def is_peft(vla: nn.Module) -> bool:
+    """Whether `vla` carries peft adapters. Without peft imported nothing can: peft is imported
+    (~3 s of CPU, with the transformers modules it pulls in) only by processes that apply LoRA."""
+    peft = sys.modules.get("peft")
+    return peft is not None and isinstance(vla, peft.PeftModel)
