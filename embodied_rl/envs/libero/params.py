@@ -34,7 +34,7 @@ class LiberoParams:
     control_freq: int = field(default=20, metadata={"help": "Controller frequency in Hz (LIBERO's datasets were recorded at 20)."})
     visual_mesh_cell: float | None = field(
         default=None,
-        metadata={"help": "Grid cell in metres on which the meshes that only render (no collision) are simplified by vertex clustering, for faster software rendering: 0.008 makes a 64 px step ~3x faster; null = LIBERO's meshes as shipped (the evaluation protocol's pixels). Collision shapes and physics never change."},
+        metadata={"help": "Grid cell in metres on which the meshes that only render (no collision) are simplified by vertex clustering, for faster software rendering: 0.008 makes a 64 px step take ~3.5x less CPU; null = LIBERO's meshes as shipped (the evaluation protocol's pixels). Collision shapes and physics never change."},
     )
 
     def __post_init__(self) -> None:

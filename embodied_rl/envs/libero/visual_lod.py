@@ -4,7 +4,7 @@ MuJoCo draws LIBERO's scenes with llvmpipe here, which transforms and sets up ev
 whatever the image size. A libero_spatial scene holds ~290k triangles in meshes that only
 render (each of its two black bowls has ~43k), so a 64 px camera picture costs ~0.1 s of CPU
 and a step, with two cameras, ~0.2 s. Clustering those meshes' vertices on an 8 mm grid leaves
-~45k triangles and makes a 64 px step ~3x faster (benchmarks/libero_render.py). Meshes any
+~45k triangles and makes a 64 px step take ~3.5x less CPU (benchmarks/libero_render.py). Meshes any
 colliding geom uses, and therefore the physics, stay LIBERO's own.
 
 The compiled model is edited in place (MuJoCo's mesh arrays have room for a mesh's original
