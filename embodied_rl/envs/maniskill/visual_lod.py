@@ -97,8 +97,8 @@ def _simplified_parts(shape: Any, cell: float) -> list[Any]:
 
 
 # Tasks that reconfigure on reset (PegInsertionSide) rebuild the robot with its full meshes every
-# episode; clustering the same meshes again cost ~0.4 s per reset. Keyed by content, so a mesh
-# is clustered once per process whatever object carries it.
+# episode, and clustering them again cost ~0.4 s per reset (benchmarks/reconfigure_reset.py).
+# Keyed by content, so a mesh is clustered once per process whatever object carries it.
 _CLUSTERED: dict[tuple[bytes, float], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
 _CLUSTERED_MAX = 1024
 
