@@ -115,5 +115,8 @@ def _clustered(vertices: np.ndarray, triangles: np.ndarray, normals: np.ndarray,
     if key not in _CLUSTERED:
         if len(_CLUSTERED) >= _CLUSTERED_MAX:
             _CLUSTERED.pop(next(iter(_CLUSTERED)))
-        _CLUSTERED[key] = cluster_vertices(vertices, triangles, normals, uvs, cell)
+        arrays = cluster_vertices(vertices, triangles, normals, uvs, cell)
+        for a in arrays:  # shared by every mesh built from them (SAPIEN copies what it is given)
+            a.setflags(write=False)
+        _CLUSTERED[key] = arrays
     return _CLUSTERED[key]
