@@ -37,7 +37,11 @@ def main() -> None:
     from embodied_rl.envs import make_env
     from embodied_rl.process_env import configure_process_env
     from embodied_rl.replay import checkpoint_policy
-    from embodied_rl.runtime.checkpoint import load_runner_state
+    from embodied_rl.runtime.checkpoint import (
+        CKPT_DIR,
+        load_runner_state,
+        step_dir_name,
+    )
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("run", type=Path, help="a training run directory with checkpoints")
@@ -49,7 +53,7 @@ def main() -> None:
     args = ap.parse_args()
     configure_process_env()
 
-    ckpt = args.run / "checkpoints" / f"global_step_{args.step:08d}"
+    ckpt = args.run / CKPT_DIR / step_dir_name(args.step)
     if args.envs % args.group_size or (args.groups * args.group_size) % args.envs:
         raise SystemExit("--envs must be a multiple of --group-size and divide --groups x --group-size")
     cfg, policy = checkpoint_policy(ckpt)

@@ -47,6 +47,7 @@ def main() -> None:
     from embodied_rl.envs import make_env
     from embodied_rl.process_env import configure_process_env
     from embodied_rl.replay import checkpoint_policy
+    from embodied_rl.runtime.checkpoint import CKPT_DIR, step_dir_name
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("run", type=Path, help="a run directory with checkpoints (SFT or RL)")
@@ -55,9 +56,9 @@ def main() -> None:
     args = ap.parse_args()
     configure_process_env()
 
-    ckpt = args.run / "checkpoints" / f"global_step_{args.step:08d}"
+    ckpt = args.run / CKPT_DIR / step_dir_name(args.step)
     if not ckpt.is_dir():
-        raise SystemExit(f"{ckpt}: no such checkpoint; pick a step listed in {args.run / 'checkpoints'}")
+        raise SystemExit(f"{ckpt}: no such checkpoint; pick a step listed in {args.run / CKPT_DIR}")
     cfg, policy = checkpoint_policy(ckpt)
     if cfg.env.eval.init_params.get("id") != "PickCube-v1":
         raise SystemExit(f"{ckpt}: env.eval is {cfg.env.eval.init_params.get('id')}, this reads PickCube-v1's reward levels")

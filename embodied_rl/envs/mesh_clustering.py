@@ -25,7 +25,7 @@ class GridClusters:
         values = np.asarray(values, np.float64)
         k = self.counts.shape[0]
         sums = [np.bincount(self.of_vertex, weights=values[:, d], minlength=k) for d in range(values.shape[1])]
-        return np.stack(sums, axis=1).reshape(k, values.shape[1]) / self.counts[:, None]
+        return np.stack(sums, axis=1) / self.counts[:, None]
 
 
 def grid_clusters(vertices: np.ndarray, cell: float) -> GridClusters:
