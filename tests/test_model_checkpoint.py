@@ -167,6 +167,20 @@ def test_minimal_official_text_config_means_llama2_7b():
     assert arch.to_json_dict()["text_config"] == {"model_type": "llama", "pad_token_id": 32000, "torch_dtype": "bfloat16", "vocab_size": 32064}
 
 
+@pytest.mark.parametrize("text_config", [{"vocab_size": 32064},  # an official file: the rest at the defaults
+                                         {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2},
+                                         {"num_attention_heads": 8}])  # no kv heads: as many as attention heads
+def test_llm_shape_is_what_llama_config_fills_in(text_config):
+    """The config checks read the LLM's shape without transformers; it must be LlamaConfig's."""
+    from embodied_rl.models.openvla_oft.arch_config import OpenVLAArchConfig
+
+    arch = OpenVLAArchConfig(text_config={"model_type": "llama", **text_config})
+    llama = arch.llama_config()
+    assert arch.llm_shape() == {k: getattr(llama, k) for k in arch.llm_shape()}
+    assert set(arch.llm_shape()) == {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                     "num_attention_heads", "num_key_value_heads"}
+
+
 def test_checkpoint_errors_are_one_line(tmp_path):
     with pytest.raises(UserError, match="config.json not found.*make-model"):
         build_policy(OpenVLAOFTConfig(model_path=str(tmp_path)))

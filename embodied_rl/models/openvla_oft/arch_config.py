@@ -19,6 +19,11 @@ if TYPE_CHECKING:  # transformers is imported when a model is built, not when a 
 CONFIG_NAME = "config.json"
 # Official ids (vision_backbone_id "dinosiglip-vit-so-224px").
 DINOSIGLIP_TIMM_IDS = ["vit_large_patch14_reg4_dinov2.lvd142m", "vit_so400m_patch14_siglip_224"]
+# LlamaConfig's defaults (Llama-2-7B's) for the fields that fix the LLM's weight shapes, so a config
+# check can compare architectures without importing transformers (~2 s, most of a validation's
+# time). tests/test_model_checkpoint.py holds them equal to transformers' own.
+LLAMA_SHAPE_DEFAULTS = {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008,
+                        "num_hidden_layers": 32, "num_attention_heads": 32}
 
 
 @dataclass
@@ -42,6 +47,14 @@ class OpenVLAArchConfig:
         from transformers import LlamaConfig
 
         return LlamaConfig(**{k: v for k, v in self.text_config.items() if k != "model_type"})
+
+    def llm_shape(self) -> dict[str, int]:
+        """The LLM's weight-shape fields as LlamaConfig would fill them in, without transformers:
+        LLAMA_SHAPE_DEFAULTS, and num_key_value_heads = num_attention_heads when absent."""
+        out = {k: int(self.text_config.get(k, v)) for k, v in LLAMA_SHAPE_DEFAULTS.items()}
+        kv = self.text_config.get("num_key_value_heads")
+        out["num_key_value_heads"] = out["num_attention_heads"] if kv is None else int(kv)
+        return out
 
     @property
     def llm_hidden_size(self) -> int:

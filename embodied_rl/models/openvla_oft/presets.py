@@ -70,11 +70,6 @@ def make_preset(name: str, *, image_size: int = 224, action_dim: int = 7, propri
     return arch, tokenizer, identity_statistics(action_dim, proprio_dim, unnorm_key)
 
 
-# Fields of config.json that fix the weights' shapes (the LLM's are read through LlamaConfig,
-# which fills in what an official file leaves at the class defaults).
-_LLM_DIMS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
-
-
 def preset_mismatch(name: str, image_size: int, ckpt_dir: str | Path) -> str | None:
     """How the checkpoint in `ckpt_dir` differs from preset `name` at `image_size`; None if it
     has that architecture (weights and statistics are not compared)."""
@@ -83,8 +78,8 @@ def preset_mismatch(name: str, image_size: int, ckpt_dir: str | Path) -> str | N
     want, have = PRESETS[name](image_size=image_size), OpenVLAArchConfig.load(ckpt_dir)
     fields = [("image_sizes", want.image_sizes, have.image_sizes), ("timm_model_ids", want.timm_model_ids, have.timm_model_ids),
               ("timm_override_args", want.timm_override_args, have.timm_override_args)]
-    w_llm, h_llm = want.llama_config(), have.llama_config()
-    fields += [(f"text_config.{k}", getattr(w_llm, k), getattr(h_llm, k)) for k in _LLM_DIMS]
+    w_llm, h_llm = want.llm_shape(), have.llm_shape()
+    fields += [(f"text_config.{k}", w, h_llm[k]) for k, w in w_llm.items()]
     for key, w, h in fields:
         if w != h:
             return f"{key} is {h}, the preset's is {w}"
