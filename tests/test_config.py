@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from embodied_rl.config.loader import compose, resolve, save_resolved_config, to_dict
+from embodied_rl.config.loader import (
+    compose,
+    read_yaml,
+    resolve,
+    save_resolved_config,
+    to_dict,
+)
 from embodied_rl.config.schema import RootConfig
 from embodied_rl.config.schema.model import ModelConfig, register_model_config
 from embodied_rl.config.typecheck import build
@@ -153,6 +159,17 @@ def test_interpolation_resolves_across_sections(project: Path) -> None:
 )
 def test_errors_are_one_line_and_name_the_key(project: Path, overrides: list[str], expected: str) -> None:
     assert expected in error_of(project, *overrides)
+
+
+def test_a_config_file_is_read_as_it_is_now(project: Path) -> None:
+    """Files are parsed once per content: an edit between two loads (even of the same size, within
+    one timestamp tick) is seen, and what a load changes in the parsed tree stays its own."""
+    assert load(project).runner.max_steps == 4
+    project.write_text(project.read_text().replace("max_steps: 4", "max_steps: 5"))
+    assert load(project).runner.max_steps == 5
+    assert read_yaml(project)["runner"].pop("max_steps") == 5 and read_yaml(project)["runner"]["max_steps"] == 5
+    project.write_bytes(b"runner: {max_steps: \xff}\n")
+    assert error_of(project).startswith(f"{project}: invalid YAML: 'utf-8' codec can't decode")
 
 
 def test_unknown_key_in_yaml_file(project: Path) -> None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -153,3 +155,28 @@ def test_a_path_the_workers_do_not_share_is_refused_at_start(workdir: Path):
                                                          "the same directory on node "), proc.stderr[-3000:]
     assert "give absolute paths" in lines[-1]
     assert not (workdir / "runs" / "relative").exists() and not list((workdir / "relative_runs" / "relative").glob("*.json"))
+
+
+def test_nodes_alive_turns_false_when_a_node_of_the_slots_is_lost(ray_nodes):
+    """A restart keeps its Ray session only while every node of the run's slots is alive
+    (EmbodiedRunner._restart asks RayCluster.nodes_alive). A driver holds the slots of both nodes,
+    then the second node goes away. Last in the module: the cluster has one node after it."""
+    code = ("import sys, time\n"
+            "from embodied_rl.distributed.worker_group import RayCluster\n"
+            f"cluster = RayCluster(address={ray_nodes.address!r}, num_nodes=2, num_cpu_slots={SLOTS_PER_NODE})\n"
+            "print('alive', cluster.nodes_alive(), flush=True)\n"
+            "sys.stdin.readline()\n"
+            "deadline = time.monotonic() + 60\n"
+            "while cluster.nodes_alive() and time.monotonic() < deadline:\n"
+            "    time.sleep(0.5)\n"
+            "print('alive', cluster.nodes_alive(), flush=True)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().split() == ["alive", "True"]
+        ray_nodes.remove_node(ray_nodes.list_all_nodes()[1])
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().split() == ["alive", "False"]
+    finally:
+        proc.kill()
+        proc.wait()

@@ -3,11 +3,12 @@
 Each runs through the real CLI in a fresh working directory (its model is created there on
 first use, as on a fresh clone, or is the checkpoint shipped in models/) with no override
 beyond the step count and the run name: 2 training steps, then `embodied-rl eval` of the
-checkpoint they wrote. The training runs score their evaluations greedily only (the sampled
-pass would double the 2 x 8 eval epochs of maniskill_ppo_from_sft); the eval-only run scores
-both, as shipped. The eval-only run of a maniskill_sft_tiny checkpoint, with the same checks,
-is tests/test_sft.py's. Demos recorded with the same arguments earlier in the session are
-copied (tests/test_learning.py records the same 2 PushCube demos through benchmarks/learning.py).
+checkpoint they wrote. The training runs score their evaluations greedily only, on at most
+TRAIN_EVAL_EPOCHS epochs (the sampled pass and maniskill_ppo_from_sft's 8 epochs would
+quadruple the time of its 2 evaluations); the eval-only run scores both, as shipped. The
+eval-only run of a maniskill_sft_tiny checkpoint, with the same checks, is tests/test_sft.py's.
+Demos recorded with the same arguments earlier in the session are copied (tests/test_learning.py
+records the same 2 PushCube demos through benchmarks/learning.py).
 The eval-only run of libero_grpo_tiny also checks its per-task metrics and two-camera videos:
 one LIBERO eval-only run instead of two (ensure_model creates a missing model for train and
 eval alike, and the training run before it creates this one).
@@ -35,6 +36,9 @@ from tests.cli_runs import (
 pytestmark = [pytest.mark.slow]
 
 SHIPPED = available(CONFIG_DIR)
+# At most this many eval epochs in a training run's evaluations: 16 episodes on 2 cores, enough
+# to show that a shipped SFT policy succeeds on held-out states (maniskill_ppo_from_sft ships 8).
+TRAIN_EVAL_EPOCHS = 4
 # Configs whose eval-only run of a checkpoint, with the checks below, is another test's.
 EVAL_ONLY_ELSEWHERE = {"maniskill_sft_tiny": "tests/test_sft.py"}
 
@@ -90,7 +94,7 @@ def test_shipped_config_trains_two_steps_and_evaluates(name: str, tmp_path: Path
     for path in cfg.data.train_data_paths:  # SFT: first record the demos it names, as its header says
         record_demos(name, 2, path, cwd=tmp_path)
     run_cli("train", name, "runner.max_steps=2", f"runner.experiment_name={name}", "algorithm.sampling_params.eval_scoring=[greedy]",
-            cwd=tmp_path)
+            f"algorithm.eval_rollout_epoch={min(cfg.algorithm.eval_rollout_epoch, TRAIN_EVAL_EPOCHS)}", cwd=tmp_path)
     run = tmp_path / "runs" / name
     metrics = read_metrics(run)
     assert sorted(metrics) == ([0] if cfg.runner.val_before_train else []) + [1, 2]

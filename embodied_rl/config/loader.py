@@ -8,6 +8,7 @@ Callers use `embodied_rl.configure.load_config`, which passes every subsystem's 
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import re
@@ -125,9 +126,22 @@ def read_env_config(path: Path, dirs: Sequence[Path] = (ENV_CONFIG_DIR,), _chain
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
+    """The file's mapping, a copy the caller may change. Parsing through OmegaConf costs ~3 ms a
+    file, so a process that loads configs many times (the schema walk, a sweep) parses each
+    distinct file content once."""
+    text = Path(path).read_bytes()
+    if text not in _PARSED:
+        _PARSED[text] = _parse_yaml(text, path)
+    return copy.deepcopy(_PARSED[text])
+
+
+_PARSED: dict[bytes, dict[str, Any]] = {}
+
+
+def _parse_yaml(text: bytes, path: Path) -> dict[str, Any]:
     try:
-        data = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-    except (OmegaConfBaseException, yaml.YAMLError) as err:
+        data = OmegaConf.to_container(OmegaConf.create(text.decode("utf-8")), resolve=False) if text.strip() else None
+    except (OmegaConfBaseException, yaml.YAMLError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: invalid YAML: {str(err).splitlines()[0]}") from err
     if data is None:
         return {}

@@ -52,11 +52,14 @@ class RayCluster:
         num_cpu_slots: int | None = None,
         resources: Resources | None = None,
         wait_nodes_s: float = 300.0,
+        adopt_session: bool = False,
     ):
         """`resources`: the slots the config was validated against; Ray must offer exactly
-        those (else a ConfigError), so nothing that was checked can change under the run."""
+        those (else a ConfigError), so nothing that was checked can change under the run.
+        `adopt_session`: the running Ray session is one an earlier RayCluster of this run started
+        and handed over (`shutdown(keep_session=True)`), so this one stops it in the end."""
         address = ray_address(address)
-        self.started_ray = False
+        self.started_ray = adopt_session and ray.is_initialized()
         self.pg = None
         if not ray.is_initialized():
             if address:
@@ -99,13 +102,19 @@ class RayCluster:
             raise ConfigError(f"could not reserve {self.num_slots} x {bundle} in Ray within {wait_nodes_s:.0f} s; are other jobs holding them?")
 
     @classmethod
-    def from_config(cls, cluster_cfg: Any, resources: Resources | None = None) -> RayCluster:
+    def from_config(cls, cluster_cfg: Any, resources: Resources | None = None, adopt_session: bool = False) -> RayCluster:
         return cls(
             address=cluster_cfg.address,
             num_nodes=cluster_cfg.num_nodes,
             num_cpu_slots=getattr(cluster_cfg, "num_cpu_slots", None),
             resources=resources,
+            adopt_session=adopt_session,
         )
+
+    def nodes_alive(self) -> bool:
+        """Every node a slot is pinned to is still in the cluster."""
+        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        return set(self.slot_node_ids) <= alive
 
     @staticmethod
     def _wait_for_nodes(num_nodes: int, timeout_s: float) -> None:
@@ -124,12 +133,13 @@ class RayCluster:
             spec, num_slots=self.num_slots, slots_per_node=self.slots_per_node, accelerator=self.accelerator
         )
 
-    def shutdown(self) -> None:
-        """Release the slots (and stop Ray if this object started it)."""
+    def shutdown(self, keep_session: bool = False) -> None:
+        """Release the slots, and stop Ray if this object started it, unless `keep_session`
+        (a restart hands the session to the next RayCluster: `adopt_session`)."""
         if self.pg is not None:
             remove_placement_group(self.pg)
             self.pg = None
-        if self.started_ray:
+        if self.started_ray and not keep_session:
             ray.shutdown()
 
 

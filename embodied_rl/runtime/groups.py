@@ -80,19 +80,23 @@ class Groups:
                 raise WorkerError(f"{name} ranks {moved} run on another node than their slot's; see {path}")
             log.info("%s ranks on nodes %s (node 0 = %s)", name, [nodes.index(r["node"]) for r in ranks], nodes[0][:8])
 
-    def shutdown(self) -> None:
+    def shutdown(self, keep_session: bool = False) -> None:
+        """Stop every worker and channel and release the slots; `keep_session` leaves the Ray
+        session running for the groups of a restart (RayCluster.shutdown)."""
         for group in (self.env, self.rollout, self.actor):
             if group is not None:
                 group.shutdown()
         for channel in {id(c): c for c in (self.wiring.obs, self.wiring.actions)}.values():
             channel.shutdown()
-        self.cluster.shutdown()
+        self.cluster.shutdown(keep_session=keep_session)
 
 
-def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs: dict[str, str]) -> Groups:
+def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs: dict[str, str],
+                 adopt_session: bool = False) -> Groups:
     """Start the groups on the slots the config was validated against (Ray must offer exactly
-    those); Ray actors are named <group_name>_<rank> in a namespace of their own per run."""
-    cluster = RayCluster.from_config(cfg.cluster, detect_resources(cfg.cluster))
+    those); Ray actors are named <group_name>_<rank> in a namespace of their own per run.
+    `adopt_session`: see RayCluster."""
+    cluster = RayCluster.from_config(cfg.cluster, detect_resources(cfg.cluster), adopt_session=adopt_session)
     try:
         if not cluster.started_ray:
             check_shared_paths(cluster.slot_node_ids, *shared_paths(cfg, with_actor=with_actor))

@@ -77,14 +77,16 @@ class EmbodiedRunner:
         self.restarts = 0  # of the groups after a worker died (runner.max_restarts)
 
     # ------------------------------------------------------------------ set-up
-    def setup(self, resume_dir: str | None = None) -> None:
+    def setup(self, resume_dir: str | None = None, adopt_session: bool = False) -> None:
         """Start the groups and load the run's starting point: `resume_dir` (a checkpoint; by
-        default runner.resume_dir), else runner.ckpt_path, else the model as configured."""
+        default runner.resume_dir), else runner.ckpt_path, else the model as configured.
+        `adopt_session`: a restart's, see RayCluster."""
         cfg = self.cfg
         resume_dir = resume_dir or cfg.runner.resume_dir
         seed_everything(cfg.runner.seed)
         video_dirs = {"train": cfg.env.train.video_cfg.video_base_dir, "eval": cfg.env.eval.video_cfg.video_base_dir}
-        self.groups = build_groups(cfg, with_actor="actor" in components(cfg), run_name=self.run_name, video_dirs=video_dirs)
+        self.groups = build_groups(cfg, with_actor="actor" in components(cfg), run_name=self.run_name, video_dirs=video_dirs,
+                                   adopt_session=adopt_session)
         write_environment(self.run_dir, self.groups.env.simulator_facts().wait())
         self.groups.record_placement(self.run_dir)
         if self.sft:
@@ -311,9 +313,12 @@ class EmbodiedRunner:
         latest, reached = ckpt.latest_checkpoint(self.run_dir), self.global_step
         log.warning("a worker died (%s); restart %d of %d from %s", err, self.restarts, self.cfg.runner.max_restarts,
                     latest or "the start")
-        self.groups.shutdown()
+        # The Ray session stays (starting one costs seconds) unless a node of the run is gone.
+        cluster = self.groups.cluster
+        keep = cluster.started_ray and cluster.nodes_alive()
+        self.groups.shutdown(keep_session=keep)
         self.groups, self.global_step, self.version, self._rollout_stale = None, 0, 0, False
-        self.setup(resume_dir=str(latest) if latest else None)
+        self.setup(resume_dir=str(latest) if latest else None, adopt_session=keep)
         log.warning("restarted at step %d: repeating %d step(s)", self.global_step, reached - self.global_step)
 
     def eval_only(self) -> int:

@@ -15,12 +15,15 @@ epoch's episodes one by one (`EpisodeOutcome`, for paired comparisons) from
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from embodied_rl.distributed.channel import Channel
 from embodied_rl.types import EnvObservation
+
+if TYPE_CHECKING:  # env workers exchange numpy arrays only and never import torch
+    import torch
 
 
 def obs_key(queue: str, rollout_rank: int, stage: int) -> str:
@@ -170,6 +173,8 @@ class Trajectory:
 
 def concat_trajectories(parts: list[Trajectory]) -> Trajectory:
     """Join trajectories of several rollout workers along N (in the given order)."""
+    import torch
+
     if len({p.version for p in parts}) != 1:
         raise ValueError(f"trajectories from different weight versions: {[p.version for p in parts]}")
 
