@@ -112,9 +112,12 @@ class RayCluster:
         )
 
     def nodes_alive(self) -> bool:
-        """Every node a slot is pinned to is still in the cluster."""
-        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
-        return set(self.slot_node_ids) <= alive
+        """Every node a slot is pinned to is still in the cluster (False if Ray cannot say)."""
+        try:
+            nodes = ray.nodes()
+        except Exception:  # noqa: BLE001 - a session that cannot list its nodes is not one to keep
+            return False
+        return set(self.slot_node_ids) <= {n["NodeID"] for n in nodes if n.get("Alive")}
 
     @staticmethod
     def _wait_for_nodes(num_nodes: int, timeout_s: float) -> None:
