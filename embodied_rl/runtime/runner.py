@@ -25,7 +25,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from embodied_rl.config.loader import to_yaml
+from embodied_rl.config.loader import to_dict, to_yaml
 from embodied_rl.config.plan import (
     chunk_steps_per_epoch,
     components,
@@ -258,7 +258,7 @@ class EmbodiedRunner:
     def train(self) -> int:
         cfg = self.cfg.runner
         with MetricsLogger(cfg.logger, self.run_dir, total_steps=cfg.max_steps, start_step=self.global_step,
-                           config=_plain(self.cfg)) as logger, GracefulStop() as stop:
+                           config=to_dict(self.cfg)) as logger, GracefulStop() as stop:
             evaluations: list[tuple[int, dict[str, float]]] = []
             saved: tuple[int, Path] | None = None
             first_eval = self.global_step == 0 and evaluates_after(self.cfg, 0)
@@ -322,7 +322,7 @@ class EmbodiedRunner:
         log.warning("restarted at step %d: repeating %d step(s)", self.global_step, reached - self.global_step)
 
     def eval_only(self) -> int:
-        with MetricsLogger(self.cfg.runner.logger, self.run_dir, total_steps=1, config=_plain(self.cfg)) as logger:
+        with MetricsLogger(self.cfg.runner.logger, self.run_dir, total_steps=1, config=to_dict(self.cfg)) as logger:
             metrics = self.evaluate()
             logger.log(self.global_step, metrics)
             logger.note(eval_summary(metrics, self.scorings))
@@ -394,12 +394,6 @@ class EmbodiedRunner:
                     log.warning("worker close failed: %s", err)
             self.groups.shutdown()
             self.groups = None
-
-
-def _plain(cfg: RootConfig) -> dict:
-    from embodied_rl.config.loader import to_dict
-
-    return to_dict(cfg)
 
 
 __all__ = ["EmbodiedRunner"]
