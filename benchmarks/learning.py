@@ -1,4 +1,5 @@
-"""The learning result, reproduced from nothing: demos -> SFT -> PPO and GRPO from the SFT policy.
+"""The learning result, reproduced from nothing: demos -> SFT -> RL from the SFT policy, with the
+shipped recipe configs.
 
 Tasks: ManiSkill3 PushCube-v1 (--task push_cube, its target visible) and PickCube-v1 (--task
 pick_cube, its hidden goal in the policy's state input) on the CPU sim, 64 px, tiny OpenVLA-OFT
@@ -7,16 +8,21 @@ preset. Every phase runs through the real CLI, as a user would run it:
     embodied-rl demos SFT_CONFIG --num-demos D --out DEMO_DIR
     embodied-rl sft SFT_CONFIG runner.seed=S ...                     (per seed)
     embodied-rl export runs/sft_sS models/sft_sS
-    embodied-rl train maniskill_ppo_tiny  <from the export, the task's env> runner.val_before_train=true ...
-    embodied-rl train maniskill_grpo_tiny <from the export, the task's env> runner.val_before_train=true ...
+    embodied-rl train RL_CONFIG actor.model.model_path=models/sft_sS runner.seed=S ...   (per RL config)
+
+The RL configs are the shipped recipes (PushCube: maniskill_ppo_from_sft, the main job's config;
+PickCube: maniskill_ppo_pick_cube and maniskill_grpo_pick_cube). This script adds only sizes and
+the start: the SFT policy, the seed, the step count, when and how much to evaluate (SIZE_KEYS);
+tests/test_learning_args.py holds every other key of a phase equal to its config's. Ablations
+add their change explicitly with --rl-set.
 
 Held-out evaluation: env.eval draws fixed reset ids (use_fixed_reset_state_ids) from its own
 seeded stream over the eval split, seeds [2^30, 2^31 - 1); the demos use reset ids
-0 .. D+failures of the train split. Every evaluation (SFT, PPO, GRPO, every step) scores the
-same initial states, greedily: eval sub-envs x --eval-epochs episodes.
+0 .. D+failures of the train split. Every evaluation (SFT and every RL phase, every step)
+scores the same initial states: eval sub-envs x --eval-epochs episodes.
 
-    python benchmarks/learning.py                        # the recipe of docs/LEARNING.md (PushCube)
-    python benchmarks/learning.py --task pick_cube       # on PickCube (PPO: 128 episodes per update, every bin)
+    python benchmarks/learning.py                        # PushCube: PPO, 90 steps, 3 seeds
+    python benchmarks/learning.py --task pick_cube       # PickCube: PPO and GRPO, 30 steps each
     python benchmarks/learning.py --seeds 0 --minimal    # smallest size (tests/test_learning.py)
 
 Writes <out>/results.json and <out>/learning.png and prints the before/after table.
@@ -31,67 +37,35 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-
-# Rollout epochs per RL step, one episode per training sub-env each: 64 episodes per update with
-# 16 sub-envs (16 per update left PPO's advantages and its critic too noisy to move the policy).
-ROLLOUT_EPOCHS = 4
 
 
 @dataclass(frozen=True)
 class Task:
-    """What differs between tasks: where the demos come from and what the RL configs must add."""
+    """What differs between tasks: where the demos come from, the SFT size and the RL configs."""
 
     sft_config: str
     demo_dir: str
     demos: int            # default number of expert demonstrations
     sft_steps: int        # default SFT optimizer steps (64 samples each): a deliberately weak policy
-    privileged_state_dim: int  # the asymmetric critic's input: the task's state_dict + the clock
-    rl_overrides: tuple[str, ...]  # the RL phases start from the SFT export on the SFT config's env
-    ppo_rollout_epochs: int = ROLLOUT_EPOCHS  # PPO's rollout epochs per step
-    ppo_overrides: tuple[str, ...] = ()  # what PPO adds on this task after RL_SETTINGS["ppo"]
-    ppo_steps: int = 90            # PPO's training steps: what was measured and fits the recipe's time budget
+    rl_configs: dict[str, str]  # algorithm -> the shipped recipe config of this task
+    rl_steps: dict[str, int] = field(default_factory=dict)  # training steps where not the config's own
 
 
 TASKS = {
-    "push_cube": Task("maniskill_sft_tiny", "demos/push_cube_64", 100, 300, 36,
-                      ("env.train=maniskill_push_cube", "env.eval=maniskill_push_cube")),
-    # The policy reads the hidden goal from its 12-D state (proprio token), as in its SFT config.
-    "pick_cube": Task("maniskill_sft_pick_cube_tiny", "demos/pick_cube_64", 200, 3000, 43,
-                      ("env.train=maniskill_pick_cube", "env.eval=maniskill_pick_cube", "actor.model.use_proprio=true",
-                       "actor.model.proprio_dim=12"),
-                      # PPO with 64 episodes per update and the top 3 bins lowered its own success on PickCube
-                      # from the first updates; 128 episodes sampled from every bin raised it (docs/LEARNING.md).
-                      ppo_rollout_epochs=8, ppo_overrides=("algorithm.sampling_params.top_k=null",), ppo_steps=30),
+    # The main job's config runs 25 steps (its 10 minutes); the recipe's gain kept growing to step 90.
+    "push_cube": Task("maniskill_sft_tiny", "demos/push_cube_64", 100, 300, {"ppo": "maniskill_ppo_from_sft"}, {"ppo": 90}),
+    "pick_cube": Task("maniskill_sft_pick_cube_tiny", "demos/pick_cube_64", 200, 3000,
+                      {"ppo": "maniskill_ppo_pick_cube", "grpo": "maniskill_grpo_pick_cube"}),
 }
-RL_CONFIGS = {"ppo": "maniskill_ppo_tiny", "grpo": "maniskill_grpo_tiny"}
-# GRPO's training steps, as measured in docs/LEARNING.md (on PickCube seed 0 its gain fell from
-# +14.1 at step 30 to +4.7 at 50). PPO's are the task's: its PushCube gain kept growing to step 90
-# (+10.9 points over 3 seeds at step 50, +24.0 at 90).
-GRPO_STEPS = 30
-# What both RL phases add to their configs: the dense reward over full 40-step episodes (a
-# success keeps collecting reward, so returns separate success from failure), tokens drawn at
-# temperature 0.5 from the 3 most likely bins (the sampled policy closest to the greedy one
-# that still explores; its sampled evaluation uses the same), no training videos (every
-# training step then renders only the images the policy reads; evaluations still record), and
-# each rank's share of a minibatch in one pass (the same update as the configs' micro-batches
-# of 5 or 10, 2.6x faster to train: benchmarks/actor_micro_batch.py).
-COMMON = ["env.train.init_params.reward_mode=normalized_dense", "algorithm.sampling_params.temperature_train=0.5",
-          "algorithm.sampling_params.temperature_eval=0.5", "algorithm.sampling_params.top_k=3",
-          "env.train.video_cfg.save_video=false", "actor.micro_batch_size=null"]
-# PPO: an asymmetric critic on the simulator's privileged state and the episode clock (the
-# policy's 64 px features explain <= 16 % of the return, docs/LEARNING.md), rewards scaled by
-# their running std, no absolute value clip, 3 critic-only steps, 4 update epochs.
-# GRPO: groups of 4 sharing a reset state, no critic.
-RL_SETTINGS = {
-    "ppo": [*COMMON, "env.train.ignore_terminations=true", "actor.model.value_input=privileged_state",
-            "+env.train.init_params.privileged_state=true", "algorithm.value_clip=null",
-            "algorithm.reward_norm=running", "algorithm.reward_scale=true", "actor.optim.value_lr=1e-3"],
-    "grpo": [*COMMON, "algorithm.group_size=4"],
-}
-# Chunk steps per episode in both RL configs: 40-step episodes, chunks of 8 actions (_env_steps reads them back).
-CHUNK_STEPS = 5
+ALGOS = ("ppo", "grpo")
+# The keys a phase sets beyond its config: the start, the seed, the length, the evaluation
+# schedule and size (the same held-out states as the SFT run), the run name.
+SIZE_KEYS = ("actor.model.model_path", "runner.seed", "runner.max_steps", "runner.val_check_interval",
+             "algorithm.eval_rollout_epoch", "env.eval.total_num_envs", "runner.experiment_name")
+# --minimal shrinks the update to one rollout epoch of the fewest sub-envs (the code path only).
+MINIMAL_KEYS = ("algorithm.rollout_epoch", "algorithm.n_minibatches", "env.train.groups_per_stage", "runner.critic_warmup")
 
 
 def cli(*args: str, cwd: Path, log: Path) -> float:
@@ -134,25 +108,22 @@ def run_sft(seed: int, a: argparse.Namespace, work: Path) -> dict:
     return out
 
 
+def rl_config(algo: str, a: argparse.Namespace) -> str:
+    return TASKS[a.task].rl_configs[algo]
+
+
 def rl_args(algo: str, seed: int, eval_envs: int, a: argparse.Namespace) -> list[str]:
-    """The `embodied-rl train` arguments of one RL phase from seed `seed`'s SFT export."""
-    # --train-envs per eval sub-env, rollout epochs per step, split into --minibatches optimizer
-    # steps per update epoch.
-    # --minimal: as few as fit; GRPO's groups of 4 must fill each env stage (4 per eval sub-env)
-    train_envs = (1 if a.minimal and algo == "ppo" and a.ppo_groups == 1 else a.train_envs) * eval_envs
+    """The `embodied-rl train` arguments of one RL phase from seed `seed`'s SFT export: the
+    recipe config with SIZE_KEYS (and, with --minimal, MINIMAL_KEYS), then --rl-set."""
     task = TASKS[a.task]
-    rollout_epochs = a.rollout_epochs or (task.ppo_rollout_epochs if algo == "ppo" else ROLLOUT_EPOCHS)
-    batch = train_envs * CHUNK_STEPS * rollout_epochs
-    per_algo = ([f"algorithm.update_epoch={a.ppo_update_epochs}", f"runner.critic_warmup={0 if a.minimal else a.critic_warmup}",
-                 f"actor.model.privileged_state_dim={task.privileged_state_dim}", *_ppo_groups(a.ppo_groups), *task.ppo_overrides]
-                if algo == "ppo" else [])
-    return [
-        "train", RL_CONFIGS[algo], f"actor.model.model_path=models/sft_s{seed}", "actor.model.create_preset=null", *task.rl_overrides,
-        f"runner.seed={seed}", f"runner.max_steps={a.rl_steps or (task.ppo_steps if algo == 'ppo' else GRPO_STEPS)}", "runner.val_before_train=true",
-        f"runner.val_check_interval={a.eval_every}", f"env.train.total_num_envs={train_envs}",
-        f"algorithm.rollout_epoch={rollout_epochs}", f"actor.optim.lr={a.grpo_lr if algo == 'grpo' else a.rl_lr}",
-        f"actor.global_batch_size={batch // a.minibatches}", f"algorithm.eval_rollout_epoch={a.eval_epochs}",
-        f"env.eval.total_num_envs={eval_envs}", f"runner.experiment_name={algo}_s{seed}", *RL_SETTINGS[algo], *per_algo, *a.rl_set]
+    steps = a.rl_steps or task.rl_steps.get(algo)
+    sizes = [f"actor.model.model_path=models/sft_s{seed}", f"runner.seed={seed}",
+             *([f"runner.max_steps={steps}"] if steps else []), f"runner.val_check_interval={a.eval_every}",
+             f"algorithm.eval_rollout_epoch={a.eval_epochs}", f"env.eval.total_num_envs={eval_envs}",
+             f"runner.experiment_name={algo}_s{seed}"]
+    minimal = ["algorithm.rollout_epoch=1", "algorithm.n_minibatches=1", "env.train.groups_per_stage=1",
+               "runner.critic_warmup=0"] if a.minimal else []
+    return ["train", rl_config(algo, a), *sizes, *minimal, *a.rl_set]
 
 
 def run_rl(algo: str, out: dict, a: argparse.Namespace, work: Path) -> None:
@@ -165,14 +136,6 @@ def run_rl(algo: str, out: dict, a: argparse.Namespace, work: Path) -> None:
     out[f"{algo}_train"] = {s: {k: v for k, v in r.items() if k in ("env/success_once", "env/return", "train/critic/value_loss",
                                                                      "rollout/explained_variance", "train/actor/entropy")}
                             for s, r in m.items() if s > 0}
-
-
-def _ppo_groups(size: int) -> list[str]:
-    """PPO's group baseline: `size` sub-envs share each reset state and every GAE advantage loses
-    the mean advantage of the rest of its group at the same step (1 = the critic alone)."""
-    if size == 1:
-        return []
-    return [f"env.train.group_size={size}", f"algorithm.group_size={size}", "algorithm.group_baseline=true"]
 
 
 def _config(run: Path) -> dict:
@@ -197,7 +160,7 @@ def summarise(results: list[dict]) -> str:
     sft = [r["sft_evals"][-1][1] for r in results]
     rows = ["| phase | held-out success % (mean ± sd over seeds) | change, points |", "|---|---|---|",
             f"| SFT | {mean_sd(sft)} | |"]
-    for algo in RL_CONFIGS:
+    for algo in ALGOS:
         done = [r for r in results if f"{algo}_evals" in r]  # an interrupted run may lack later phases
         if not done:
             continue
@@ -265,29 +228,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--demos", type=_positive, default=None, help="expert demonstrations (default: the task's, 100 PushCube, 200 PickCube)")
     p.add_argument("--sft-steps", type=_positive, default=None, help="SFT optimizer steps of 64 samples (default: the task's, 300 PushCube, 3000 PickCube)")
-    p.add_argument("--rl-steps", type=_positive, default=None, help="training steps of every RL phase (default: PPO 90, on PickCube 30; GRPO 30)")
-    p.add_argument("--rl-lr", type=float, default=2e-4, help="policy learning rate of PPO")
-    p.add_argument("--grpo-lr", type=float, default=1e-4, help="policy learning rate of GRPO")
+    p.add_argument("--rl-steps", type=_positive, default=None, help="training steps of every RL phase (default: PushCube PPO 90; else the config's)")
     p.add_argument("--reuse-sft", action="store_true", help="take each seed's SFT run and export from --out when they exist (same SFT settings)")
-    p.add_argument("--train-envs", type=_positive, default=4, help="training sub-envs per eval sub-env")
-    p.add_argument("--rollout-epochs", type=_positive, default=None, help="rollout epochs per RL step (default 4; PPO on PickCube 8)")
-    p.add_argument("--minibatches", type=_positive, default=4, help="optimizer steps per update epoch (the rollout batch split evenly)")
-    p.add_argument("--ppo-update-epochs", type=_positive, default=4, help="PPO passes over each rollout batch (GRPO: 1)")
-    p.add_argument("--ppo-groups", type=_positive, default=1, help="PPO: sub-envs per reset state whose leave-one-out mean advantage is subtracted (algorithm.group_baseline); 1 = off")
-    p.add_argument("--critic-warmup", type=int, default=3, help="PPO steps that train only the critic, from the first")
     p.add_argument("--eval-every", type=_positive, default=10, help="RL steps between evaluations (and after the last)")
     p.add_argument("--eval-epochs", type=_positive, default=16, help="eval rollout epochs: episodes = eval sub-envs x this")
-    p.add_argument("--algos", nargs="+", choices=list(RL_CONFIGS), default=list(RL_CONFIGS), help="RL phases to run from the SFT policy")
+    p.add_argument("--algos", nargs="+", choices=ALGOS, default=None, help="RL phases to run from the SFT policy (default: every config of the task)")
     p.add_argument("--rl-set", action="append", default=[], metavar="KEY=VALUE",
-                   help="a config override added to every RL phase after the recipe's own (repeatable), e.g. algorithm.entropy_bonus=0.01")
-    p.add_argument("--minimal", action="store_true", help="2 demos, 1 SFT epoch, 1 RL step, 1 eval epoch: the code path only")
+                   help="a change to the recipe added to every RL phase (repeatable), e.g. algorithm.entropy_bonus=0.01: an ablation")
+    p.add_argument("--minimal", action="store_true", help="2 demos, 1 SFT step, 1 RL step of 1 rollout epoch, 1 eval epoch: the code path only")
     a = p.parse_args(argv)
     task = TASKS[a.task]
     a.out = a.out or Path(f"runs/learning_{a.task}")
     a.demos = task.demos if a.demos is None else a.demos
     a.sft_steps = task.sft_steps if a.sft_steps is None else a.sft_steps
+    a.algos = a.algos or list(task.rl_configs)
+    missing = [algo for algo in a.algos if algo not in task.rl_configs]
+    if missing:
+        p.error(f"--algos {' '.join(missing)}: no shipped {a.task} config for it; the task has {', '.join(task.rl_configs)}")
     if a.minimal:
-        a.demos, a.sft_steps, a.rl_steps, a.eval_every, a.eval_epochs, a.rollout_epochs, a.minibatches = 2, 1, 1, 1, 1, 1, 1
+        a.demos, a.sft_steps, a.rl_steps, a.eval_every, a.eval_epochs = 2, 1, 1, 1, 1
     return a
 
 

@@ -17,6 +17,9 @@ from pathlib import Path
 import pytest
 
 EXISTING_56PX = "existing/tiny-56px"
+# The default config's asymmetric critic off, for cases about runs that train no critic.
+NO_CRITIC = ["runner.critic_warmup=0", "actor.model.value_input=hidden", "actor.model.privileged_state_dim=null", "env.train.init_params.privileged_state=false"]
+FROM_56PX = ["maniskill_ppo_tiny", f"actor.model.model_path={EXISTING_56PX}", "actor.model.create_preset=null"]
 
 # (command, arguments, expected part of the error line)
 CASES: list[tuple[str, list[str], str]] = [
@@ -24,8 +27,8 @@ CASES: list[tuple[str, list[str], str]] = [
     ("train", ["env.train.total_num_envs=3"], "env.train.total_num_envs=3 must be a multiple of env workers"),
     ("train", ["env.train.total_num_envs=-1"], "env.train.total_num_envs: must be >= 1"),
     ("train", ["env.eval.total_num_envs=5"], "env.eval.total_num_envs=5 must be a multiple"),
-    ("train", ["actor.global_batch_size=7"], "actor.global_batch_size=7 must be a multiple of actor.micro_batch_size"),
-    ("train", ["actor.global_batch_size=6", "actor.micro_batch_size=3"], "actor.global_batch_size=6 must divide the rollout batch"),
+    ("train", ["algorithm.n_minibatches=1", "actor.global_batch_size=7"], "actor.global_batch_size=7 must be a multiple of actor.micro_batch_size"),
+    ("train", ["algorithm.n_minibatches=1", "actor.global_batch_size=6", "actor.micro_batch_size=3"], "actor.global_batch_size=6 must divide the rollout batch"),
     ("train", ["actor.micro_batch_size=0"], "actor.micro_batch_size: must be >= 1"),
     ("train", ["rollout.pipeline_stage_num=0"], "rollout.pipeline_stage_num: must be >= 1"),
     ("train", ["cluster.num_cpu_slots=0"], "cluster.num_cpu_slots: must be >= 1"),
@@ -59,9 +62,9 @@ CASES: list[tuple[str, list[str], str]] = [
     # algorithm and critic
     ("train", ["actor.model.add_value_head=false"], "algorithm.adv_type=gae trains a critic: set actor.model.add_value_head=true"),
     ("train", ["actor.model.value_type=action_level"], "set actor.model.value_type=chunk_level"),
-    ("train", ["algorithm.adv_type=grpo"], "needs algorithm.group_size >= 2"),
+    ("train", [*NO_CRITIC, "algorithm.adv_type=grpo"], "needs algorithm.group_size >= 2"),
     ("train", ["algorithm.group_baseline=true"], "algorithm.group_baseline=true needs algorithm.group_size >= 2"),
-    ("train", ["algorithm.adv_type=grpo", "algorithm.group_size=2", "env.train.group_size=2", "algorithm.group_baseline=true"],
+    ("train", [*NO_CRITIC, "algorithm.adv_type=grpo", "algorithm.group_size=2", "env.train.group_size=2", "algorithm.group_baseline=true"],
      "algorithm.group_baseline=true corrects GAE advantages, but adv_type=grpo"),
     ("train", ["algorithm.adv_type=ppo"], "adv_type"),
     ("train", ["algorithm.gamma=1.5"], "algorithm.gamma=1.5 must be in [0, 1]"),
@@ -71,14 +74,14 @@ CASES: list[tuple[str, list[str], str]] = [
      "algorithm.sampling_params.logprobs_over=all_bins only differs from top_k when top_k is set"),
     ("train", ["algorithm.use_kl_loss=true", "algorithm.kl_loss_coef=0"], "kl_loss_coef"),
     ("train", ["runner.critic_warmup=20", "runner.max_steps=20"], "runner.critic_warmup=20 leaves no policy update in runner.max_steps=20"),
-    ("train", ["runner.critic_warmup=2", "algorithm.adv_type=grpo", "algorithm.group_size=2", "env.train.group_size=2",
+    ("train", [*NO_CRITIC, "runner.critic_warmup=2", "algorithm.adv_type=grpo", "algorithm.group_size=2", "env.train.group_size=2",
                "algorithm.bootstrap_type=standard"], "runner.critic_warmup=2 warms up a critic"),
-    ("train", ["algorithm.adv_type=grpo", "algorithm.group_size=2", "env.train.group_size=2"],
+    ("train", [*NO_CRITIC, "algorithm.adv_type=grpo", "algorithm.group_size=2", "env.train.group_size=2"],
      "algorithm.bootstrap_type=none changes how a critic's values continue a truncated episode"),
     # optimizer
     ("train", ["actor.optim.lr=-1e-4"], "actor.optim.lr: must be >= 0"),
     ("train", ["actor.optim.value_lr=-1"], "actor.optim.value_lr: must be >= 0"),
-    ("train", ["actor.optim.lr=0", "actor.optim.min_lr=0", "actor.model.add_value_head=false", "algorithm.adv_type=grpo",
+    ("train", [*NO_CRITIC, "actor.optim.lr=0", "actor.optim.min_lr=0", "actor.model.add_value_head=false", "algorithm.adv_type=grpo",
                "algorithm.group_size=2", "env.train.group_size=2", "algorithm.bootstrap_type=standard"],
      "actor.optim.lr=0 freezes the policy and nothing else would train"),
     ("train", ["actor.optim.min_lr=1.0"], "actor.optim.min_lr=1.0 must be in [0, actor.optim.lr"),
@@ -105,6 +108,20 @@ CASES: list[tuple[str, list[str], str]] = [
     ("train", ["maniskill_ppo_tiny", f"actor.model.model_path={EXISTING_56PX}"],
      f"actor.model.create_preset: actor.model.model_path={EXISTING_56PX} holds a checkpoint that is not the tiny preset at 64 px"),
     ("train", ["maniskill_ppo_tiny", "actor.model.create_preset.name=tiny7b"], "actor.model.create_preset.name='tiny7b' is not a preset"),
+    # a checkpoint that does not fit the env: the 56 px one started from as it is, the shipped SFT policy (64 px demos)
+    ("train", [*FROM_56PX, "env.train.init_params.camera_heights=32", "env.train.init_params.camera_widths=32"],
+     (f"actor.model.model_path={EXISTING_56PX} takes 56 px images (config.json image_sizes), but "
+      "env.train.init_params.camera_heights x camera_widths = 32x32 is smaller")),
+    ("train", [*FROM_56PX, "actor.model.use_proprio=true", "actor.model.proprio_dim=9"],
+     f"actor.model.proprio_dim=9 but actor.model.model_path={EXISTING_56PX} takes 8 proprio dims (identity in dataset_statistics.json)"),
+    ("train", [*FROM_56PX, "actor.model.use_proprio=true"], "actor.model.proprio_dim=8 (use_proprio) but env.train gives a 12-d state"),
+    ("train", [*FROM_56PX, "actor.model.num_images_in_input=2"],
+     f"actor.model.num_images_in_input=2 but actor.model.model_path={EXISTING_56PX} takes 1 camera image(s) per sample"),
+    ("train", ["env.train.init_params.camera_heights=128"],
+     ("tiny-oft-push-cube-sft learned from 64x64 px camera images (demos_manifest.json), but "
+      "env.train.init_params.camera_heights x camera_widths = 128x64; set env.train.init_params.camera_heights=64")),
+    ("train", ["env.eval.init_params.control_mode=pd_joint_delta_pos"],
+     "actor.model.action_dim=7 but the controller of env.eval (init_params.control_mode=pd_joint_delta_pos) takes 8-d actions"),
     ("train", ["actor.model.model_type=octo"], "actor.model.model_type"),
     ("train", ["runner.ckpt_path=nowhere/ckpt"], "runner.ckpt_path loads weights for evaluation only"),
     ("eval", ["runner.ckpt_path=nowhere/ckpt"], "runner.ckpt_path=nowhere/ckpt: no such directory"),

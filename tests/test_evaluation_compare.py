@@ -16,8 +16,10 @@ from embodied_rl.evaluation.compare import (
     format_report,
     pair_episodes,
     paired_result,
+    paired_results,
 )
-from embodied_rl.evaluation.intervals import mcnemar_exact, wilson_interval
+from embodied_rl.evaluation.intervals import format_rate, mcnemar_exact, wilson_interval
+from embodied_rl.evaluation.summary import change_record, eval_change
 from embodied_rl.runtime import checkpoint as ckpt
 from embodied_rl.types import EpisodeOutcome
 
@@ -76,6 +78,26 @@ def test_report_matches_its_episode_records_and_prints_both_scorings() -> None:
     lines = format_report(report)
     assert lines[0].startswith("greedy: 4 paired episodes") and "only A" in lines[3] and lines[4].startswith("sampled:")
     assert lines[1].split() == ["A", "runs/x", "0.500", "[0.150,", "0.850]", "(2/4)"]
+
+
+def test_a_training_run_pairs_its_first_and_last_evaluation_by_initial_state() -> None:
+    """The line a training run ends with: both evaluations' rates, then their episodes paired by
+    initial state (listed in any order) with the exact McNemar test; eval_change.json holds the same."""
+    before = evaluation([True, True, False, False, True, False, True, True], epochs=2)
+    after = evaluation([True, False, False, True, False, False, False, True], epochs=2)
+    paired = paired_results({"greedy": before}, {"greedy": list(reversed(after))}, ["greedy"])
+    m0 = {"eval/greedy/success_once": 5 / 8, "eval/greedy/num_trajectories": 8.0}
+    m1 = {"eval/greedy/success_once": 3 / 8, "eval/greedy/num_trajectories": 8.0}
+    line = eval_change((0, m0), (20, m1), ["greedy"], paired)
+    assert line == (f"eval success, greedy (95 % Wilson interval): {format_rate(5, 8)} at step 0 -> {format_rate(3, 8)} at step 20: "
+                    f"-25.0 points; paired: 1 only after, 3 only before, 2 both, exact McNemar p = {mcnemar_exact(3, 1):.3g}")
+    assert eval_change((0, m0), (20, m1), ["greedy"]).endswith("-25.0 points")  # unpaired: the rates alone
+    record = json.loads(json.dumps(change_record((0, m0), (20, m1), ["greedy"], paired)))["results"]["greedy"]
+    assert record["paired"] == {"n": 8, "only_before": 3, "only_after": 1, "both": 2, "mcnemar_p": mcnemar_exact(3, 1)}
+    assert (record["before"]["successes"], record["after"]["successes"], record["difference"]) == (5, 3, -0.25)
+    moved = [(e, outcome(o.sub_env, o.success_once, reset_id=o.reset_id + 1)) for e, o in after]
+    with pytest.raises(ValueError, match="not paired"):  # the same slots from other initial states
+        paired_results({"greedy": before}, {"greedy": moved}, ["greedy"])
 
 
 # ---- checks before anything starts ----------------------------------------------------------

@@ -19,10 +19,10 @@ def test_shipped_configs_fit_every_machine(name: str, res: Resources) -> None:
     cfg = load_config(name, resources=res, skip=("sft_data",))  # SFT demos are recorded by the user
     stages, slots = cfg.rollout.pipeline_stage_num, res.num_slots
     # The shipped configs place every component on every slot: one process of each per slot.
-    assert cfg.env.train.total_num_envs == slots * stages * cfg.env.train.group_size
-    assert cfg.env.eval.total_num_envs == slots * stages * cfg.env.eval.group_size
+    for env in (cfg.env.train, cfg.env.eval):
+        assert env.total_num_envs == slots * stages * env.groups_per_stage * env.group_size
     rollout_batch = cfg.env.train.total_num_envs * chunk_steps_per_epoch(cfg, "train") * cfg.algorithm.rollout_epoch
-    assert cfg.actor.global_batch_size == (rollout_batch if cfg.runner.paradigm == "rl" else 64)
+    assert cfg.actor.global_batch_size == (rollout_batch // cfg.algorithm.n_minibatches if cfg.runner.paradigm == "rl" else 64)
     assert cfg.actor.global_batch_size % (cfg.actor.micro_batch_size * slots) == 0
 
 
@@ -30,6 +30,35 @@ def test_default_job_on_two_cores_keeps_its_shape() -> None:
     cfg = load_config("maniskill_ppo_tiny", resources=Resources(1, 2, "cpu"))
     assert (cfg.env.train.total_num_envs, cfg.env.eval.total_num_envs) == (4, 4)
     assert (cfg.actor.global_batch_size, cfg.actor.micro_batch_size) == (20, 5)
+
+
+def test_the_recipe_grows_with_the_machine() -> None:
+    """groups_per_stage and n_minibatches: 64 episodes per update in 4 minibatches on 2 cores,
+    the same shape per slot on 16."""
+    for slots, envs, batch in ((2, 16, 80), (16, 128, 640)):
+        cfg = load_config("maniskill_ppo_from_sft", resources=Resources(1, slots, "cpu"))
+        assert (cfg.env.train.total_num_envs, cfg.env.eval.total_num_envs, cfg.actor.global_batch_size) == (envs, 2 * slots, batch)
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["env.train.total_num_envs=8"], r"env.train.groups_per_stage=4 gives 16 sub-envs on this machine, but env.train.total_num_envs=8"),
+    (["actor.global_batch_size=40"], r"algorithm.n_minibatches=4 gives minibatches of 80 chunks, but actor.global_batch_size=40"),
+    (["algorithm.n_minibatches=3"], r"algorithm.n_minibatches=3 does not divide the rollout batch of 320 chunks"),
+    (["env.eval.groups_per_stage=0"], r"env.eval.groups_per_stage: must be >= 1, got 0"),
+])
+def test_derivation_factors_never_sit_ignored(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config("maniskill_ppo_from_sft", overrides, resources=Resources(1, 2, "cpu"))
+
+
+def test_a_resolved_config_loads_again() -> None:
+    """A run's config.yaml holds the derived sizes beside their factors (export, replay)."""
+    from embodied_rl.config.loader import to_dict
+    from embodied_rl.configure import config_from_dict
+
+    cfg = load_config("maniskill_ppo_from_sft", resources=Resources(1, 2, "cpu"))
+    again = config_from_dict(to_dict(cfg), resources=Resources(1, 2, "cpu"))
+    assert (again.env.train.total_num_envs, again.actor.global_batch_size) == (16, 80)
 
 
 def test_explicit_sizes_are_kept_and_checked() -> None:

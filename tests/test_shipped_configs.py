@@ -2,7 +2,8 @@
 
 Each runs through the real CLI in a fresh working directory (its model is created there on
 first use, as on a fresh clone, or is the checkpoint shipped in models/) with no override
-beyond the step count and the run name: 2 training steps, then `embodied-rl eval` of the
+beyond sizes (SHRINK: the step count, one rollout epoch of the derived minimum of sub-envs, at
+most one critic-only step) and the run name: 2 training steps, then `embodied-rl eval` of the
 checkpoint they wrote. The training runs score their evaluations greedily only, on at most
 TRAIN_EVAL_EPOCHS epochs (the sampled pass and maniskill_ppo_from_sft's 8 epochs would
 quadruple the time of its 2 evaluations); the eval-only run scores both, as shipped. The
@@ -70,7 +71,7 @@ EVAL_CHECKS = {"libero_grpo_tiny": _two_libero_tasks}
 
 def test_configs_are_found() -> None:
     assert {"maniskill_ppo_from_sft", "maniskill_ppo_tiny", "maniskill_grpo_tiny", "libero_grpo_tiny",
-            "maniskill_sft_tiny"} <= set(SHIPPED)
+            "maniskill_sft_tiny", "maniskill_ppo_pick_cube", "maniskill_grpo_pick_cube"} <= set(SHIPPED)
 
 
 def _check_start_policy(cfg, before: dict, run: Path) -> None:
@@ -86,6 +87,15 @@ def _check_start_policy(cfg, before: dict, run: Path) -> None:
     assert before["eval/success_once"] > 0.0, before
 
 
+def shrink(cfg) -> list[str]:
+    """2 training steps of the smallest rollout the config allows: one rollout epoch, one group per
+    stage, one minibatch; a recipe's critic-only steps become one, so the second updates the policy."""
+    if cfg.runner.paradigm == "sft":
+        return ["runner.max_steps=2"]
+    return ["runner.max_steps=2", "algorithm.rollout_epoch=1", "env.train.groups_per_stage=1", "algorithm.n_minibatches=1",
+            f"runner.critic_warmup={min(cfg.runner.critic_warmup, 1)}"]
+
+
 # A config on LIBERO carries the libero marker (its eval-only run holds the LIBERO eval checks).
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.libero) if "env/libero" in (CONFIG_DIR / f"{n}.yaml").read_text()
                                   else n for n in SHIPPED])
@@ -93,7 +103,7 @@ def test_shipped_config_trains_two_steps_and_evaluates(name: str, tmp_path: Path
     cfg = load_config(name, skip=("sft_data",), plan=False)
     for path in cfg.data.train_data_paths:  # SFT: first record the demos it names, as its header says
         record_demos(name, 2, path, cwd=tmp_path)
-    run_cli("train", name, "runner.max_steps=2", f"runner.experiment_name={name}", "algorithm.sampling_params.eval_scoring=[greedy]",
+    run_cli("train", name, *shrink(cfg), f"runner.experiment_name={name}", "algorithm.sampling_params.eval_scoring=[greedy]",
             f"algorithm.eval_rollout_epoch={min(cfg.algorithm.eval_rollout_epoch, TRAIN_EVAL_EPOCHS)}", cwd=tmp_path)
     run = tmp_path / "runs" / name
     metrics = read_metrics(run)
@@ -106,7 +116,7 @@ def test_shipped_config_trains_two_steps_and_evaluates(name: str, tmp_path: Path
     assert (run / "checkpoints" / "global_step_00000002").is_dir()
     if cfg.runner.paradigm == "sft":  # no training rollouts; the last step is evaluated
         assert "eval/success_once" in metrics[2] and sidecars(run, "eval")["step_000002"]
-    else:  # training videos are filed under the step their metrics carry
+    elif cfg.env.train.video_cfg.save_video:  # training videos are filed under the step their metrics carry
         train_videos = sidecars(run, "train")
         assert sorted(train_videos) == ["step_000001", "step_000002"] and all(train_videos.values())
         sidecar = json.loads(train_videos["step_000001"][0].read_text())

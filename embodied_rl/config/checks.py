@@ -45,6 +45,40 @@ def _positive(cfg: RootConfig) -> None:
             raise ConfigError(f"{section}.group_name={name!r}: use letters, digits, '_' and '-' (it names the Ray actors)")
 
 @RULES.config_check
+def _derivation_factors(cfg: RootConfig) -> None:
+    for mode in used_modes(cfg):
+        value = getattr(cfg.env, mode).groups_per_stage
+        if value < 1:
+            raise ConfigError(f"env.{mode}.groups_per_stage: must be >= 1, got {value}")
+    if cfg.algorithm.n_minibatches < 1:
+        raise ConfigError(f"algorithm.n_minibatches: must be >= 1, got {cfg.algorithm.n_minibatches}")
+
+
+@RULES.plan_check
+def _derived_sizes_agree(cfg: RootConfig, plan: RunPlan) -> None:
+    """groups_per_stage and n_minibatches shape sizes that are derived; beside an explicit size
+    (a resolved config.yaml holds both) they must agree with it, or they would be ignored."""
+    from embodied_rl.config.plan import rollout_batch_size
+
+    for mode in used_modes(cfg):
+        env = getattr(cfg.env, mode)
+        derived = plan.env_workers * cfg.rollout.pipeline_stage_num * env.groups_per_stage * env.group_size
+        if env.groups_per_stage != 1 and env.total_num_envs != derived:
+            raise ConfigError(f"env.{mode}.groups_per_stage={env.groups_per_stage} gives {derived} sub-envs on this machine, "
+                              f"but env.{mode}.total_num_envs={env.total_num_envs}; set total_num_envs=null or groups_per_stage=1")
+    n = cfg.algorithm.n_minibatches
+    if n == 1 or not training_rl(cfg):
+        return
+    batch = rollout_batch_size(cfg)
+    if batch % n:
+        raise ConfigError(f"algorithm.n_minibatches={n} does not divide the rollout batch of {batch} chunks "
+                          f"(env.train.total_num_envs x chunk steps x algorithm.rollout_epoch); pick a divisor")
+    if cfg.actor.global_batch_size != batch // n:
+        raise ConfigError(f"algorithm.n_minibatches={n} gives minibatches of {batch // n} chunks, but "
+                          f"actor.global_batch_size={cfg.actor.global_batch_size}; set global_batch_size=null or n_minibatches=1")
+
+
+@RULES.config_check
 def _group_sizes(cfg: RootConfig) -> None:
     a, env = cfg.algorithm, cfg.env.train
     if training_rl(cfg) and a.group_size != env.group_size:

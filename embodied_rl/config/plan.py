@@ -3,10 +3,11 @@
 `plan_run(cfg, resources)` parses `cluster.component_placement` against the slots, fills the
 keys left null for derivation and returns the process counts every worker group will have:
 
-    env.<mode>.total_num_envs: null  ->  env processes x rollout.pipeline_stage_num x env.<mode>.group_size
-                                         (one group of sub-envs per stage of every env worker)
-    actor.global_batch_size: null    ->  RL: the whole rollout batch (one optimizer step per update epoch):
-                                         env.train.total_num_envs x chunk steps x algorithm.rollout_epoch
+    env.<mode>.total_num_envs: null  ->  env processes x rollout.pipeline_stage_num x env.<mode>.groups_per_stage
+                                         x env.<mode>.group_size (groups_per_stage groups per stage of every env worker)
+    actor.global_batch_size: null    ->  RL: the rollout batch split into algorithm.n_minibatches optimizer steps
+                                         per update epoch: env.train.total_num_envs x chunk steps x
+                                         algorithm.rollout_epoch / algorithm.n_minibatches
                                          (SFT needs it set: demo samples per optimizer step)
     actor.micro_batch_size: null     ->  each actor process's share of a minibatch (no accumulation):
                                          actor.global_batch_size / actor processes
@@ -100,10 +101,10 @@ def plan_run(cfg: RootConfig, resources: Resources) -> RunPlan:
     for mode in MODES:
         env_cfg = getattr(cfg.env, mode)
         if env_cfg.total_num_envs is None:
-            env_cfg.total_num_envs = plan.env_workers * cfg.rollout.pipeline_stage_num * env_cfg.group_size
+            env_cfg.total_num_envs = plan.env_workers * cfg.rollout.pipeline_stage_num * env_cfg.groups_per_stage * env_cfg.group_size
     a = cfg.actor
     if a.global_batch_size is None and cfg.runner.paradigm == "rl" and cfg.env.train.total_num_envs > 0:
-        a.global_batch_size = rollout_batch_size(cfg)
+        a.global_batch_size = max(1, rollout_batch_size(cfg) // cfg.algorithm.n_minibatches)
     if a.micro_batch_size is None and "actor" in placement and a.global_batch_size is not None:
         a.micro_batch_size = max(1, a.global_batch_size // plan.actor_world_size)
     return plan

@@ -35,6 +35,21 @@ class BackendStep:
     failed: np.ndarray | None = None
 
 
+@dataclass(frozen=True)
+class EnvSpec:
+    """What an env config's sub-envs give the policy and take from it, known from the config alone
+    (before any simulator starts); None where only the running simulator knows.
+
+    image_size: (height, width) of every camera image; cameras: images per observation (main,
+    plus wrist); state_dim: size of the "state" vector; action_dim: the controller's action size.
+    """
+
+    image_size: tuple[int, int] | None = None
+    cameras: int | None = None
+    state_dim: int | None = None
+    action_dim: int | None = None
+
+
 class SubEnv(ABC):
     """One simulator instance (one episode at a time), hostable in a worker process.
 
@@ -130,6 +145,12 @@ class SimulatorBackend(ABC):
         """The reset ids `split` (env.<mode>.reset_id_split) draws from; train and eval are
         disjoint. Default: reset ids are seeds (envs/reset_split.py)."""
         return seed_split(split)
+
+    @classmethod
+    def env_spec(cls, params: Any) -> EnvSpec:
+        """What sub-envs built from `params` (the backend's params_cls) give and take, as far as
+        the config tells (checked against the policy before a run starts). Default: nothing known."""
+        return EnvSpec()
 
     def close(self) -> None:
         """Release simulator processes and contexts."""

@@ -41,8 +41,11 @@ def _privileged_state(cfg: RootConfig) -> None:
     from embodied_rl.config.plan import training_rl
 
     m = cfg.actor.model
+    if training_rl(cfg) and cfg.algorithm.uses_critic and not m.add_value_head:
+        return  # a GAE run without a value head: the critic rule names that (config/checks.py)
     wants = m.value_input == "privileged_state" and m.add_value_head and training_rl(cfg) and cfg.algorithm.uses_critic
-    if m.value_input == "privileged_state" and not wants:
+    # Evaluation builds no actor: a training recipe's critic settings are not in its way.
+    if m.value_input == "privileged_state" and not wants and training_rl(cfg):
         raise ConfigError("actor.model.value_input=privileged_state configures a critic this run does not train "
                           "(it needs add_value_head, RL training and adv_type gae or bi_level_gae); set value_input=hidden")
     if cfg.algorithm.critic_replay_steps and not wants:

@@ -106,6 +106,12 @@ def paired_result(pairs: Iterable[tuple[EpisodeOutcome, EpisodeOutcome, int]], m
     )
 
 
+def paired_results(a: dict[str, EvalEpisodes], b: dict[str, EvalEpisodes], scorings: Sequence[str]) -> dict[str, PairedResult]:
+    """Per scoring, A's and B's episodes paired by initial state and counted (ValueError when
+    they do not pair, see pair_episodes)."""
+    return {s: paired_result(pair_episodes(a[s], b[s])) for s in scorings}
+
+
 def _episode_record(outcome: EpisodeOutcome) -> dict[str, Any]:
     return {"success_once": outcome.success_once, "success_at_end": outcome.success_at_end,
             "return": outcome.episode_return, "episode_len": outcome.episode_len, "failed": outcome.failed}

@@ -1,26 +1,74 @@
-"""The console lines that state an evaluation's held-out success (a run's result at a glance)."""
+"""The console lines that state an evaluation's held-out success (a run's result at a glance),
+and the record of a training run's first and last evaluation (`eval_change.json`)."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
-from embodied_rl.evaluation.intervals import format_rate
+from embodied_rl.evaluation.compare import METRIC, PairedResult
+from embodied_rl.evaluation.intervals import format_rate, wilson_interval
+
+EVAL_CHANGE_FILE = "eval_change.json"
+
+
+def _counts(metrics: dict[str, float], prefix: str) -> tuple[int, int] | None:
+    """(successes, episodes) of success_once under `prefix`; None when not measured."""
+    rate, n = metrics.get(f"{prefix}/{METRIC}", math.nan), int(metrics.get(f"{prefix}/num_trajectories", 0))
+    return (round(rate * n), n) if math.isfinite(rate) else None
 
 
 def _rate(metrics: dict[str, float], prefix: str) -> tuple[float, str]:
     """(success_once, its formatted rate with Wilson interval and counts) under `prefix`."""
-    rate, n = metrics.get(f"{prefix}/success_once", math.nan), int(metrics.get(f"{prefix}/num_trajectories", 0))
-    return rate, format_rate(round(rate * n), n) if math.isfinite(rate) else format_rate(0, 0)
+    counts = _counts(metrics, prefix)
+    return metrics.get(f"{prefix}/{METRIC}", math.nan), format_rate(*counts) if counts else format_rate(0, 0)
 
 
-def eval_change(first: tuple[int, dict[str, float]], last: tuple[int, dict[str, float]], scorings: list[str]) -> str:
-    """One line per scoring comparing two evaluations' held-out success (the run's result at a glance)."""
+def paired_counts(r: PairedResult) -> str:
+    """'paired: 12 only after, 2 only before, 14 both, exact McNemar p = 0.0129' (A = before, B = after)."""
+    return (f"paired: {r.only_b} only after, {r.only_a} only before, {r.successes_a - r.only_a} both, "
+            f"exact McNemar p = {r.p_value:.3g}")
+
+
+def eval_change(first: tuple[int, dict[str, float]], last: tuple[int, dict[str, float]], scorings: list[str],
+                paired: dict[str, PairedResult] | None = None) -> str:
+    """One line per scoring comparing two evaluations' held-out success (the run's result at a
+    glance); `paired`: per scoring, the two evaluations' episodes paired by initial state
+    (evaluation/compare.py, A = first, B = last), when both started from the same states."""
     (s0, m0), (s1, m1) = first, last
     lines = []
     for scoring in scorings:
         (a, ra), (b, rb) = _rate(m0, f"eval/{scoring}"), _rate(m1, f"eval/{scoring}")
-        lines.append(f"eval success, {scoring} (95 % Wilson interval): {ra} at step {s0} -> {rb} at step {s1}: "
-                     f"{100 * (b - a):+.1f} points")
+        line = f"eval success, {scoring} (95 % Wilson interval): {ra} at step {s0} -> {rb} at step {s1}: {100 * (b - a):+.1f} points"
+        lines.append(f"{line}; {paired_counts(paired[scoring])}" if paired else line)
     return "\n".join(lines)
+
+
+def change_record(first: tuple[int, dict[str, float]], last: tuple[int, dict[str, float]], scorings: list[str],
+                  paired: dict[str, PairedResult] | None = None) -> dict[str, Any]:
+    """The content of eval_change.json: per scoring, the success of the first and last evaluation
+    with 95 % Wilson intervals and, when paired, the discordant pairs and the exact McNemar p."""
+
+    def side(step: int, metrics: dict[str, float], scoring: str) -> dict[str, Any]:
+        counts = _counts(metrics, f"eval/{scoring}")
+        if counts is None:
+            return {"step": step, "successes": None, "episodes": 0, "rate": None, "ci95_low": None, "ci95_high": None}
+        k, n = counts
+        low, high = wilson_interval(k, n)
+        return {"step": step, "successes": k, "episodes": n, "rate": k / n if n else None, "ci95_low": low, "ci95_high": high}
+
+    results = {}
+    for scoring in scorings:
+        before, after = side(*first, scoring), side(*last, scoring)
+        r = paired[scoring] if paired else None
+        results[scoring] = {
+            "before": before, "after": after,
+            "difference": None if before["rate"] is None or after["rate"] is None else after["rate"] - before["rate"],
+            "paired": None if r is None else {"n": r.n, "only_before": r.only_a, "only_after": r.only_b,
+                                              "both": r.successes_a - r.only_a, "mcnemar_p": r.p_value},
+        }
+    return {"metric": METRIC,
+            "paired_by": "reset id: the same (eval epoch, sub-env, episode) under env.eval.use_fixed_reset_state_ids" if paired else None,
+            "scorings": list(scorings), "results": results}
 
 
 def eval_summary(metrics: dict[str, float], scorings: list[str]) -> str:

@@ -139,5 +139,6 @@ class BasePolicy(nn.Module):
         """Build the policy from a checkpoint directory (model_cfg.model_path is ignored in favour of `path`).
 
         warn_untrained_value_head: warn when the checkpoint has no value-head weights (the critic
-        starts untrained); False where the loaded value head is never used as is.
+        starts untrained); False where the loaded value head is never used as is, or where
+        another process already said it (all actor ranks but rank 0).
         init_seed: seed of the weights the checkpoint lacks (the same in every process)."""

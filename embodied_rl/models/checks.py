@@ -62,3 +62,83 @@ def _rollout_backend(cfg: RootConfig) -> None:
     from embodied_rl.models.rollout_backends import rollout_backend
 
     rollout_backend(cfg.rollout.backend).check(cfg)
+
+
+@RULES.config_check
+def _policy_fits_env(cfg: RootConfig) -> None:
+    """The policy takes what each env it steps gives (cameras, state) and gives what its controller
+    takes (actions): actor.model's keys against the env configs, and a checkpoint the run starts
+    from (model_path without create_preset) against both, from its JSON files. Else a mismatch
+    shows only once the workers run (a shape error), or never (a resized picture)."""
+    from embodied_rl.config.plan import used_modes
+    from embodied_rl.config.typecheck import build
+    from embodied_rl.envs.backend import get_simulator
+
+    m = cfg.actor.model
+    ckpt = _starting_checkpoint(cfg)
+    where = f"actor.model.model_path={m.model_path}"
+    if ckpt is not None:
+        stats = f"{ckpt.stats_key} in dataset_statistics.json"
+        for name, want, have, what in (
+            ("num_images_in_input", m.num_images_in_input, ckpt.cameras, "camera image(s) per sample (config.json)"),
+            ("action_dim", m.action_dim, ckpt.action_dim, f"action dims ({stats})"),
+            ("proprio_dim", m.proprio_dim if m.use_proprio else None, ckpt.proprio_dim, f"proprio dims ({stats})"),
+        ):
+            if want is not None and have is not None and want != have:
+                raise ConfigError(f"actor.model.{name}={want} but {where} takes {have} {what}; set actor.model.{name}={have}")
+    for mode in used_modes(cfg):
+        env, key = getattr(cfg.env, mode), f"env.{mode}"
+        backend = get_simulator(env.env_type)
+        spec = backend.env_spec(build(backend.params_cls, dict(env.init_params), f"{key}.init_params"))
+        if spec.cameras is not None and m.num_images_in_input > spec.cameras:
+            raise ConfigError(f"actor.model.num_images_in_input={m.num_images_in_input} but {key} ({env.env_type}) gives {spec.cameras} "
+                              f"camera image(s) per observation; set actor.model.num_images_in_input={spec.cameras} or add a wrist camera "
+                              f"to {key}.init_params")
+        if spec.action_dim is not None and m.action_dim != spec.action_dim:
+            raise ConfigError(f"actor.model.action_dim={m.action_dim} but the controller of {key} ({_controller(env)}) takes "
+                              f"{spec.action_dim}-d actions; use a policy with {spec.action_dim}-d actions or another controller")
+        if m.use_proprio and spec.state_dim is not None and m.proprio_dim != spec.state_dim:
+            raise ConfigError(f"actor.model.proprio_dim={m.proprio_dim} (use_proprio) but {key} gives a {spec.state_dim}-d state; "
+                              f"set actor.model.proprio_dim={spec.state_dim} with a checkpoint of that proprio size")
+        if ckpt is not None:
+            _checkpoint_fits(ckpt, spec, where, key, env)
+
+
+def _starting_checkpoint(cfg: RootConfig):
+    """The CheckpointSpec of the checkpoint at actor.model.model_path the run starts from, or None
+    (create_preset makes it from actor.model's keys; _model_files reports a missing one)."""
+    m = cfg.actor.model
+    if m.create_preset is not None or m.model_type != "openvla_oft" or not (Path(m.model_path) / "config.json").is_file():
+        return None
+    from embodied_rl.models.openvla_oft.checkpoint_spec import read_checkpoint_spec
+
+    try:
+        return read_checkpoint_spec(m.model_path, m.unnorm_key)
+    except (UserError, OSError, ValueError, KeyError, TypeError) as err:
+        raise ConfigError(f"actor.model.model_path={m.model_path}: unreadable checkpoint files ({err})") from None
+
+
+def _controller(env) -> str:
+    mode = env.init_params.get("control_mode")
+    return f"init_params.control_mode={mode}" if mode else f"env_type {env.env_type}"
+
+
+def _checkpoint_fits(ckpt, spec, where: str, key: str, env) -> None:
+    """Cameras and controller of one env against the checkpoint. The policy resizes camera images
+    to its input side: down is the OFT protocol (LIBERO's 256 px to 224 px), up would show it
+    blurrier pictures than any it learned from. A checkpoint trained on demonstrations learned
+    from the demos' pictures and controller: those are the ones it fits."""
+    demos, mode = ckpt.demos, env.init_params.get("control_mode")
+    if spec.image_size is not None:
+        h, w = spec.image_size
+        size = f"{key}.init_params.camera_heights x camera_widths = {h}x{w}"
+        if demos is not None and demos.image_size != spec.image_size:
+            dh, dw = demos.image_size
+            raise ConfigError(f"{where} learned from {dh}x{dw} px camera images (demos_manifest.json), but {size}; "
+                              f"set {key}.init_params.camera_heights={dh} and camera_widths={dw}")
+        if min(h, w) < ckpt.image_size:
+            raise ConfigError(f"{where} takes {ckpt.image_size} px images (config.json image_sizes), but {size} is smaller; "
+                              f"set both to at least {ckpt.image_size}")
+    if demos is not None and demos.control_mode and mode and mode != demos.control_mode:
+        raise ConfigError(f"{where} learned {demos.control_mode} actions (demos_manifest.json), but "
+                          f"{key}.init_params.control_mode={mode}; set it to {demos.control_mode}")

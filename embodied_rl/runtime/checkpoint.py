@@ -203,7 +203,8 @@ def export_policy(ckpt_dir: str | Path, model_cfg, out_dir: str | Path, *, merge
     weights = actor_dir(ckpt_dir) / ACTOR_WEIGHTS
     if not weights.is_file():
         raise CheckpointError(f"{ckpt_dir}: no {ACTOR_DIR}/{ACTOR_WEIGHTS}; pass a checkpoints/global_step_N directory of a training run")
-    policy = build_policy(model_cfg, device="cpu", dtype=torch.float32)
+    # The checkpoint's trainable weights (its value head among them) replace the init at once.
+    policy = build_policy(model_cfg, device="cpu", dtype=torch.float32, warn_untrained_value_head=False)
     policy.load_trainable_state_dict(load_file(str(weights)))
     stats = read_dataset_statistics(ckpt_dir)
     if stats is not None:

@@ -16,7 +16,8 @@ An evaluation scores the policy once per `algorithm.sampling_params.eval_scoring
 sampled), each on the same initial states: per eval epoch the scorings run back to back, the
 later ones replaying the first's reset ids. Metrics: eval/<scoring>/... for each, and the first
 scoring's again as eval/... . `compare` evaluates two policies with the same workers and pairs
-their episodes (evaluation/compare.py).
+their episodes (evaluation/compare.py); a training run pairs its first and last evaluation's
+the same way when they start from the same states, for the result it prints at the end.
 """
 from __future__ import annotations
 
@@ -38,9 +39,15 @@ from embodied_rl.distributed.rng import seed_everything
 from embodied_rl.distributed.traffic import TRAFFIC
 from embodied_rl.distributed.worker_group import WorkerError, wait_together
 from embodied_rl.envs.reset_split import spread_reset_ids
+from embodied_rl.evaluation.compare import EvalEpisodes, paired_results
 from embodied_rl.evaluation.intervals import add_success_intervals
 from embodied_rl.evaluation.provenance import write_environment
-from embodied_rl.evaluation.summary import eval_change, eval_summary
+from embodied_rl.evaluation.summary import (
+    EVAL_CHANGE_FILE,
+    change_record,
+    eval_change,
+    eval_summary,
+)
 from embodied_rl.runtime import checkpoint as ckpt
 from embodied_rl.runtime.graceful_stop import GracefulStop
 from embodied_rl.runtime.groups import Groups, build_groups
@@ -57,6 +64,9 @@ from embodied_rl.workers.protocol import Trajectory
 
 if TYPE_CHECKING:
     from embodied_rl.evaluation.compare import PolicySource
+
+#: (global step, eval metrics, per scoring its episodes when they pair across evaluations)
+Evaluation = tuple[int, dict[str, float], dict[str, EvalEpisodes]]
 
 log = logging.getLogger(__name__)
 
@@ -259,7 +269,7 @@ class EmbodiedRunner:
         cfg = self.cfg.runner
         with MetricsLogger(cfg.logger, self.run_dir, total_steps=cfg.max_steps, start_step=self.global_step,
                            config=to_dict(self.cfg)) as logger, GracefulStop() as stop:
-            evaluations: list[tuple[int, dict[str, float]]] = []
+            evaluations: list[Evaluation] = []
             saved: tuple[int, Path] | None = None
             first_eval = self.global_step == 0 and evaluates_after(self.cfg, 0)
             while not stop.requested:
@@ -267,7 +277,7 @@ class EmbodiedRunner:
                 # whole body restarts: everything after the last checkpoint is recomputed.
                 try:
                     if first_eval and not evaluations:
-                        evaluations.append((0, self.evaluate()))
+                        evaluations.append((0, *self._evaluate(episodes=self._pairs_evaluations)))
                         logger.log(0, evaluations[-1][1], counts=False)
                     if self.global_step >= cfg.max_steps:
                         break
@@ -279,7 +289,7 @@ class EmbodiedRunner:
                     logger.rewind(self.global_step)
                     evaluations = [e for e in evaluations if e[0] <= self.global_step]
             if len(evaluations) > 1:
-                logger.note(eval_change(evaluations[0], evaluations[-1], self.scorings))
+                self._report_change(logger, evaluations[0], evaluations[-1])
             elif evaluations:
                 logger.note(eval_summary(evaluations[0][1], self.scorings))
             if self.global_step > 0 and not (saved and saved[0] == self.global_step):
@@ -292,19 +302,40 @@ class EmbodiedRunner:
                 return 130
         return 0
 
-    def _advance(self, logger: MetricsLogger, evaluations: list[tuple[int, dict[str, float]]]) -> tuple[int, Path] | None:
+    def _advance(self, logger: MetricsLogger, evaluations: list[Evaluation]) -> tuple[int, Path] | None:
         """One global step: train, then evaluate and checkpoint when due (the last step always
         checkpoints); returns the checkpoint written, if any."""
         metrics = self.sft_step() if self.sft else self.train_step()
         metrics["recovery/restarts"] = float(self.restarts)
         self.global_step += 1
         if evaluates_after(self.cfg, self.global_step):
-            evaluations.append((self.global_step, self.evaluate()))
+            evaluations.append((self.global_step, *self._evaluate(episodes=self._pairs_evaluations)))
             metrics.update(evaluations[-1][1])
         logger.log(self.global_step, metrics)
         if saves_after(self.cfg, self.global_step) or self.global_step == self.cfg.runner.max_steps:
             return self.global_step, self.save()
         return None
+
+    @property
+    def _pairs_evaluations(self) -> bool:
+        """Whether every evaluation starts from the same initial states, one episode per sub-env
+        (fixed reset ids, no auto_reset): two evaluations' episodes then pair one to one."""
+        env = self.cfg.env.eval
+        return env.use_fixed_reset_state_ids and not env.auto_reset
+
+    def _report_change(self, logger: MetricsLogger, first: Evaluation, last: Evaluation) -> None:
+        """The run's result: the first and last evaluation's success per scoring, with their episodes
+        paired by initial state where they pair, on the console and in eval_change.json."""
+        paired = None
+        if self._pairs_evaluations:
+            try:
+                paired = paired_results(first[2], last[2], self.scorings)
+            except ValueError as err:  # e.g. a reset-id space that changed: report the rates alone
+                log.warning("the evaluations at steps %d and %d do not pair: %s", first[0], last[0], err)
+        ends = (first[0], first[1]), (last[0], last[1])
+        logger.note(eval_change(*ends, self.scorings, paired))
+        record = change_record(*ends, self.scorings, paired)
+        (self.run_dir / EVAL_CHANGE_FILE).write_text(json.dumps(record, indent=1) + "\n")
 
     def _restart(self, err: WorkerError) -> None:
         """A worker died: stop every group, start them again and resume from the last checkpoint

@@ -77,6 +77,7 @@ class AlgorithmConfig:
     critic_replay_steps: int = field(default=0, metadata={"help": "After each training step's updates, one value-only pass over the critic's samples (privileged state, return) of this step and the N steps before it, which the actor keeps and checkpoints: more data per fit when a batch holds few episodes (docs/LEARNING.md measures it); 0 = fit the current batch only. Needs actor.model.value_input=privileged_state."})
     # --- consumed by the runtime / rollout (see RUNTIME_KEYS) ----------------------------
     update_epoch: int = field(default=1, metadata={"help": "Passes over the rollout batch per training step."})
+    n_minibatches: int = field(default=1, metadata={"help": "With actor.global_batch_size null: optimizer steps per update epoch, the rollout batch split evenly (global_batch_size = rollout batch / n_minibatches, derived at start). Must be 1 when actor.global_batch_size is set."})
     rollout_epoch: int = field(default=1, metadata={"help": "Rollout epochs collected per training step (concatenated along the env axis)."})
     eval_rollout_epoch: int = field(default=1, metadata={"help": "Rollout epochs per evaluation, each starting fresh episodes on every env.eval sub-env: an evaluation has env.eval.total_num_envs x eval_rollout_epoch episodes (with use_fixed_reset_state_ids, epoch k of every evaluation starts from the same states). Videos record the first."})
     sampling_params: SamplingParams = field(default_factory=SamplingParams)
@@ -166,6 +167,7 @@ def _choice(key: str, value: str, valid: tuple[str, ...]) -> None:
 #: Keys not used by embodied_rl.algorithms, with who consumes them (checked by the key tests).
 RUNTIME_KEYS: dict[str, str] = {
     "update_epoch": "runtime actor loop: passes over the batch per training step",
+    "n_minibatches": "config plan: derives actor.global_batch_size from the rollout batch",
     "rollout_epoch": "runtime rollout loop: rollout epochs per training step",
     "eval_rollout_epoch": "runtime evaluation: rollout epochs per evaluation",
     "sampling_params": "rollout/model: action-token sampling (do_sample, temperatures, top_k); runtime evaluation: eval_scoring",

@@ -4,8 +4,8 @@ from __future__ import annotations
 from typing import ClassVar
 
 from embodied_rl.config.schema.env import EnvConfig
-from embodied_rl.envs.backend import register_simulator
-from embodied_rl.envs.libero.observation import ACTION_DIM
+from embodied_rl.envs.backend import EnvSpec, register_simulator
+from embodied_rl.envs.libero.observation import ACTION_DIM, STATE_DIM
 from embodied_rl.envs.libero.params import LiberoParams
 from embodied_rl.envs.libero.setup import ensure_libero_ready
 from embodied_rl.envs.libero.sub_env import LiberoSubEnvFactory
@@ -29,6 +29,11 @@ class LiberoBackend(SubprocBackend):
     def reset_id_space(cls, params: LiberoParams, split: str) -> list[int]:
         """Each selected task's init states split on their own: the last fifth held out for eval."""
         return TaskIndex(params.task_suite_name, params.task_ids).split(split)
+
+    @classmethod
+    def env_spec(cls, params: LiberoParams) -> EnvSpec:
+        return EnvSpec(image_size=(params.camera_heights, params.camera_widths), cameras=2 if params.wrist_camera else 1,
+                       state_dim=STATE_DIM, action_dim=ACTION_DIM)
 
     def __init__(self, cfg: EnvConfig, params: LiberoParams, num_envs: int, *, seed: int) -> None:
         # In the parent first: config/asset errors surface as one line before any process starts,

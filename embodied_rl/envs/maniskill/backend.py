@@ -4,8 +4,9 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from embodied_rl.config.schema.env import EnvConfig
-from embodied_rl.envs.backend import SimulatorBackend, register_simulator
+from embodied_rl.envs.backend import EnvSpec, SimulatorBackend, register_simulator
 from embodied_rl.envs.maniskill.params import ManiSkillParams
+from embodied_rl.envs.maniskill.spec import maniskill_env_spec
 from embodied_rl.envs.maniskill.sub_env import ManiSkillSubEnvFactory
 from embodied_rl.envs.subproc_backend import SubprocBackend
 from embodied_rl.errors import ConfigError
@@ -42,6 +43,10 @@ class ManiSkillBackend(SimulatorBackend):
     """Entry in the simulator registry; builds the implementation named by `sim_backend`."""
 
     params_cls: ClassVar[type] = ManiSkillParams
+
+    @classmethod
+    def env_spec(cls, params: ManiSkillParams) -> EnvSpec:
+        return maniskill_env_spec(params)
 
     def __new__(cls, cfg: EnvConfig, params: ManiSkillParams, num_envs: int, *, seed: int) -> Any:
         import importlib

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +20,13 @@ from embodied_rl.envs.maniskill.params import ManiSkillParams
 from embodied_rl.envs.maniskill.shifts import gym_make_args
 from embodied_rl.envs.maniskill.visual_lod import simplify_robot_visuals
 from embodied_rl.errors import ConfigError, UserError
+
+# `import sapien` warns when no system libvulkan.so.1 exists and loads the Vulkan loader it bundles,
+# which finds the software driver (VK_ICD_FILENAMES) just as well: harmless, yet said by every
+# process that imports it, first each env worker's fork server preloading mani_skill.envs. Any
+# module of this package runs this line before its first sapien import (the package imports this
+# module through its backend, and the fork server preloads the sub-env module before ManiSkill).
+warnings.filterwarnings("ignore", message="Failed to find system libvulkan", category=UserWarning)
 
 OFFLINE_TASKS = "PickCube-v1, PushCube-v1, StackCube-v1, PegInsertionSide-v1, PullCube-v1, PlugCharger-v1"
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import contextlib
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -44,9 +43,6 @@ class ManiSkillSubEnv(SubEnv):
     renders_on_demand = True
 
     def __init__(self, params: ManiSkillParams, instruction: str) -> None:
-        # SAPIEN warns that no system libvulkan exists and uses its bundled loader, which is
-        # exactly what the software-Vulkan setup relies on: not worth a warning per process.
-        warnings.filterwarnings("ignore", message="Failed to find system libvulkan")
         self.params = params
         self.instruction = instruction
         self.env = make_gym_env(params, num_envs=1)

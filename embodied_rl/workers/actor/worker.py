@@ -93,7 +93,9 @@ class ActorWorker:
         # fp32 master weights; the compute dtype is fsdp_config.mixed_precision.param_dtype.
         # Built on the training device (flash_attention_2 is checked against it), so a GPU
         # briefly holds the full fp32 model before fully_shard frees all but this rank's shard.
-        policy = build_policy(a.model, device=self.device, dtype=torch.float32, init_seed=a.seed)
+        # Every rank builds the same fresh value head: rank 0 says so for the run.
+        policy = build_policy(a.model, device=self.device, dtype=torch.float32, init_seed=a.seed,
+                              warn_untrained_value_head=self.rank == 0)
         policy.train()
         seed_everything(a.seed + self.rank)  # from here on, each rank has its own streams (e.g. dropout)
         self.policy = fsdp.apply_fsdp2(policy, a.fsdp_config, self.world_size, self.device)
