@@ -41,7 +41,9 @@ SHIPPED = available(CONFIG_DIR)
 # to show that a shipped SFT policy succeeds on held-out states (maniskill_ppo_from_sft ships 8).
 TRAIN_EVAL_EPOCHS = 4
 # Configs whose eval-only run of a checkpoint, with the checks below, is another test's.
-EVAL_ONLY_ELSEWHERE = {"maniskill_sft_tiny": "tests/test_sft.py"}
+EVAL_ONLY_ELSEWHERE = {"maniskill_sft_tiny": "tests/test_sft.py",
+                       # the same env and goal-reading policy as maniskill_sft_pick_cube_tiny's eval-only run here
+                       "maniskill_ppo_pick_cube": "maniskill_sft_pick_cube_tiny", "maniskill_grpo_pick_cube": "maniskill_sft_pick_cube_tiny"}
 
 
 def _two_libero_tasks(run: Path) -> None:
