@@ -76,13 +76,13 @@ def fake_entry(monkeypatch: pytest.MonkeyPatch):
 def test_train_and_eval_dispatch_to_runtime_with_saved_config(fake_entry, tmp_path: Path) -> None:
     install, calls = fake_entry
     install("embodied_rl.runtime.train", "main")
-    assert cli.main(["train", f"runner.output_dir={tmp_path}", "runner.max_steps=2"]) == 0
+    assert cli.main(["train", f"runner.output_dir={tmp_path}", "runner.max_steps=4"]) == 0
     assert cli.main(["eval", "maniskill_grpo_tiny", f"runner.output_dir={tmp_path}"]) == 0
     (_, train_cfg), (_, eval_cfg) = calls
-    assert isinstance(train_cfg, RootConfig) and train_cfg.runner.max_steps == 2 and not train_cfg.runner.only_eval
+    assert isinstance(train_cfg, RootConfig) and train_cfg.runner.max_steps == 4 and not train_cfg.runner.only_eval
     assert eval_cfg.runner.only_eval and eval_cfg.algorithm.adv_type == "grpo"
     saved = yaml.safe_load((tmp_path / "maniskill_ppo_from_sft" / "config.yaml").read_text())
-    assert saved["runner"]["max_steps"] == 2  # the resolved config sits next to the run
+    assert saved["runner"]["max_steps"] == 4  # the resolved config sits next to the run
 
 
 def test_passthrough_subcommands_get_their_argv(fake_entry) -> None:

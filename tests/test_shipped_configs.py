@@ -5,8 +5,8 @@ first use, as on a fresh clone, or is the checkpoint shipped in models/) with no
 beyond sizes (SHRINK: the step count, one rollout epoch of the derived minimum of sub-envs, at
 most one critic-only step) and the run name: 2 training steps, then `embodied-rl eval` of the
 checkpoint they wrote. The training runs score their evaluations greedily only, on at most
-TRAIN_EVAL_EPOCHS epochs (the sampled pass and maniskill_ppo_from_sft's 8 epochs would
-quadruple the time of its 2 evaluations); the eval-only run scores both, as shipped. The
+TRAIN_EVAL_EPOCHS epochs (the sampled pass and maniskill_ppo_from_sft's 16 epochs would make
+its 2 evaluations eight times as long); the eval-only run scores both, as shipped. The
 eval-only run of a maniskill_sft_tiny checkpoint, with the same checks, is tests/test_sft.py's.
 Demos recorded with the same arguments earlier in the session are copied (tests/test_learning.py
 records the same 2 PushCube demos through benchmarks/learning.py).
@@ -38,7 +38,7 @@ pytestmark = [pytest.mark.slow]
 
 SHIPPED = available(CONFIG_DIR)
 # At most this many eval epochs in a training run's evaluations: 16 episodes on 2 cores, enough
-# to show that a shipped SFT policy succeeds on held-out states (maniskill_ppo_from_sft ships 8).
+# to show that a shipped SFT policy succeeds on held-out states (maniskill_ppo_from_sft ships 16).
 TRAIN_EVAL_EPOCHS = 4
 # Configs whose eval-only run of a checkpoint, with the checks below, is another test's.
 EVAL_ONLY_ELSEWHERE = {"maniskill_sft_tiny": "tests/test_sft.py",
