@@ -22,6 +22,8 @@ def _positive(cfg: RootConfig) -> None:
         ("actor.micro_batch_size", cfg.actor.micro_batch_size),
         ("actor.global_batch_size", cfg.actor.global_batch_size),
         ("cluster.num_cpu_slots", cfg.cluster.num_cpu_slots),
+        ("algorithm.n_minibatches", cfg.algorithm.n_minibatches),
+        *((f"env.{mode}.groups_per_stage", getattr(cfg.env, mode).groups_per_stage) for mode in used_modes(cfg)),
     ):
         if value is not None and value < 1:
             raise ConfigError(f"{key}: must be >= 1, got {value}")
@@ -43,16 +45,6 @@ def _positive(cfg: RootConfig) -> None:
         name = getattr(cfg, section).group_name
         if not name or not name.replace("_", "").replace("-", "").isalnum():
             raise ConfigError(f"{section}.group_name={name!r}: use letters, digits, '_' and '-' (it names the Ray actors)")
-
-@RULES.config_check
-def _derivation_factors(cfg: RootConfig) -> None:
-    for mode in used_modes(cfg):
-        value = getattr(cfg.env, mode).groups_per_stage
-        if value < 1:
-            raise ConfigError(f"env.{mode}.groups_per_stage: must be >= 1, got {value}")
-    if cfg.algorithm.n_minibatches < 1:
-        raise ConfigError(f"algorithm.n_minibatches: must be >= 1, got {cfg.algorithm.n_minibatches}")
-
 
 @RULES.plan_check
 def _derived_sizes_agree(cfg: RootConfig, plan: RunPlan) -> None:
