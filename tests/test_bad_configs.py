@@ -73,6 +73,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("train", ["algorithm.sampling_params.top_k=null", "algorithm.sampling_params.logprobs_over=all_bins"],
      "algorithm.sampling_params.logprobs_over=all_bins only differs from top_k when top_k is set"),
     ("train", ["algorithm.use_kl_loss=true", "algorithm.kl_loss_coef=0"], "kl_loss_coef"),
+    ("train", ["algorithm.kl_penalty=abs"], "algorithm.kl_penalty=abs picks the estimator of a KL this run never computes"),
     ("train", ["runner.critic_warmup=20", "runner.max_steps=20"], "runner.critic_warmup=20 leaves no policy update in runner.max_steps=20"),
     ("train", [*NO_CRITIC, "runner.critic_warmup=2", "algorithm.adv_type=grpo", "algorithm.group_size=2", "env.train.group_size=2",
                "algorithm.bootstrap_type=standard"], "runner.critic_warmup=2 warms up a critic"),

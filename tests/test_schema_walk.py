@@ -119,7 +119,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.maniskill, pytest.mark.libero]
 
 # A probe runs on the walk base and on at most this many further contexts (cost-bounded; the
 # world's and the other experiments' contexts come first, then switches); cheap probes try up
-# to MAX_TRIES accepted values per context, the others one.
+# to MAX_TRIES accepted values per context, the others one. For the cheap probes the other
+# experiments come on top of the budget, so a new shipped config never pushes a key's gating
+# switch past it.
 MAX_CONTEXTS = {"algorithm": 16, "plan": 12, "rundir": 12, "subproc": 6, "model": 6, "env": 2, "episode": 0,
                 "actor": 1, "ray": 0, "names": 0}
 # The tiny model's FSDP step takes about a second: it gets several values too (lr_warmup_steps=1
@@ -194,11 +196,13 @@ class Walker:
             return ()
         return (f"@{SIM_BASE[leaf.sim]}",)
 
-    def contexts(self, leaf: Leaf) -> list[tuple[tuple[str, ...], str | None]]:
+    def contexts(self, leaf: Leaf) -> list[tuple[tuple[str, ...], str | None, int]]:
         """(overrides, switch key) to try: the walk base, the world's contexts, the switches of
         the key's section named like it (lora_rank: is_lora), the other experiments (in the key's
         simulator), then the other switches of its section, most related first. Named switches
-        go before the experiments so adding a config never pushes them past the budget."""
+        go before the experiments so adding a config never pushes them past the budget.
+        Each context comes with its place in the budget of the cheap probes, where the other
+        experiments are free (the expensive probes count every context)."""
         base_ctx = self.base_context(leaf)
         base_cfg = load_in(base_ctx)
         assert not isinstance(base_cfg, Outcome), f"the walk base of {leaf.path} does not load: {base_cfg.summary}"
@@ -217,13 +221,19 @@ class Walker:
         switches = [((*base_ctx, override(path, value, present(base_ctx, path))), path) for _, path, value, _ in scored]
         named = [ctx for ctx, (*_, is_named) in zip(switches, scored) if is_named][:MAX_NAMED_SWITCHES]
         out += named
+        experiments = []
         for name in [BASE, *OTHER_EXPERIMENTS]:
             ctx = () if name == BASE else (f"@{name}",)
             if ctx != base_ctx and (not section.startswith("env.") or env_type_in(ctx, mode) == sim):
-                out.append((ctx, None))
+                experiments.append((ctx, None))
+        out += experiments
         out += [ctx for ctx in switches if ctx not in named]
-        budget = max(MAX_CONTEXTS[p] for p in route(leaf.path))
-        return out[: budget + 1]
+        places, paid = [], 0
+        for ctx in out:
+            places.append(paid)
+            paid += ctx not in experiments
+        budget = max(MAX_CONTEXTS[p] + (len(experiments) if p in CHEAP else 0) for p in route(leaf.path))
+        return [(ctx, switch, place) for (ctx, switch), place in zip(out, places)][: budget + 1]
 
     def judge(self, leaf: Leaf) -> Verdict:
         end_ray_unless_base()
@@ -233,7 +243,7 @@ class Walker:
     def _judge(self, leaf: Leaf) -> Verdict:
         notes: list[str] = []
         contexts = self.contexts(leaf)
-        for i, (ctx, switch) in enumerate(contexts):
+        for i, (ctx, switch, place) in enumerate(contexts):
             ctx_cfg = load_in(ctx)
             if isinstance(ctx_cfg, Outcome):
                 continue
@@ -252,7 +262,7 @@ class Walker:
                     return Verdict(leaf.path, True, f"{ov}{where} rejected: {cfg.summary}")
             # Probe by probe, cheapest first: an expensive consumer runs only where the cheap ones
             # saw no change on any value.
-            probes = [p for p in route(leaf.path) if i <= MAX_CONTEXTS[p]]
+            probes = [p for p in route(leaf.path) if (place if p in CHEAP else i) <= MAX_CONTEXTS[p]]
             for name in probes:
                 verdict = self._compare(leaf, name, ctx, ctx_cfg, accepted, rejected, where, walk_base=i == 0)
                 if verdict is not None:

@@ -116,6 +116,9 @@ def _kl_reference(cfg: RootConfig) -> None:
     a = cfg.algorithm
     if a.use_kl_loss and a.kl_loss_coef == 0:
         raise ConfigError("algorithm.use_kl_loss=true with kl_loss_coef=0 adds nothing; set kl_loss_coef > 0 or use_kl_loss=false")
+    if a.kl_penalty != "kl" and not (a.kl_beta > 0 or a.use_kl_loss):
+        raise ConfigError(f"algorithm.kl_penalty={a.kl_penalty} picks the estimator of a KL this run never computes "
+                          "(kl_beta=0, use_kl_loss=false): remove the key, or set kl_beta > 0 or use_kl_loss=true")
 
 @RULES.config_check
 def _optimizer(cfg: RootConfig) -> None:
