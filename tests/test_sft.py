@@ -25,7 +25,6 @@ CONFIG = "maniskill_sft_tiny"
 DEMOS = "demos/one"
 # Measured: 12 samples, full batch, lr 2e-3 reach token probability ~0.97 in 300 steps.
 OVERFIT = ["runner.max_steps=300", "actor.global_batch_size=12", "actor.optim.lr=2e-3", "runner.val_check_interval=150",
-           "runner.val_before_train=true",  # the untrained policy, which the run's last evaluation is compared with
            f"data.train_data_paths=[{DEMOS}]", "runner.experiment_name=overfit",
            "algorithm.sampling_params.eval_scoring=[greedy]"]  # what the tests compare (the sampled pass would double eval time)
 
@@ -76,9 +75,9 @@ def overfit_run(overfit_proc, work):
 
 
 @pytest.mark.slow
-def test_sft_loss_falls_and_the_run_evaluates_like_rl(overfit_run, overfit_proc, work) -> None:
+def test_sft_loss_falls_and_the_run_evaluates_like_rl(overfit_run, work) -> None:
     metrics = read_metrics(overfit_run)
-    assert sorted(metrics) == list(range(301))  # step 0: the evaluation before training
+    assert sorted(metrics) == list(range(1, 301))
     first, last = metrics[1]["train/sft/nll"], metrics[300]["train/sft/nll"]
     assert last < 0.1 * first, (first, last)
     assert metrics[300]["train/sft/token_prob"] > 0.8
@@ -86,17 +85,6 @@ def test_sft_loss_falls_and_the_run_evaluates_like_rl(overfit_run, overfit_proc,
     for step in (150, 300):
         assert 0.0 <= metrics[step]["eval/success_once"] <= 1.0
         assert list((overfit_run / "video" / "eval" / f"step_{step:06d}").glob("*.mp4"))
-    # The result: the first and last evaluation, their episodes paired by initial state (the
-    # eval env's fixed reset ids), on the console and in eval_change.json.
-    lines = [line for line in overfit_proc.stdout.splitlines() if line.startswith("eval success, greedy")]
-    assert len(lines) == 1 and " at step 0 -> " in lines[0] and " at step 300: " in lines[0], overfit_proc.stdout[-3000:]
-    assert "; paired: " in lines[0] and " only after, " in lines[0] and "exact McNemar p = " in lines[0], lines[0]
-    change = json.loads((overfit_run / "eval_change.json").read_text())["results"]["greedy"]
-    n = metrics[0]["eval/num_trajectories"]
-    assert (change["before"]["step"], change["after"]["step"], change["paired"]["n"]) == (0, 300, n)
-    paired = change["paired"]
-    assert paired["both"] + paired["only_after"] == round(metrics[300]["eval/success_once"] * n)
-    assert paired["both"] + paired["only_before"] == round(metrics[0]["eval/success_once"] * n)
     # The statistics the policy acts with are the demos' (OpenVLA's dataset_statistics entry).
     ckpt = overfit_run / "checkpoints" / "global_step_00000300"
     stats = json.loads((ckpt / "dataset_statistics.json").read_text())

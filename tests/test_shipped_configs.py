@@ -6,8 +6,8 @@ beyond sizes (SHRINK: the step count, one rollout epoch of the derived minimum o
 most one critic-only step) and the run name: 2 training steps, then `embodied-rl eval` of the
 checkpoint they wrote. The training runs score their evaluations greedily only, on at most
 TRAIN_EVAL_EPOCHS epochs (the sampled pass and maniskill_ppo_from_sft's 16 epochs would make
-its 2 evaluations eight times as long); the eval-only run scores both, as shipped. The
-eval-only run of a maniskill_sft_tiny checkpoint, with the same checks, is tests/test_sft.py's.
+its 2 evaluations eight times as long); the eval-only run scores both, as shipped. A config
+whose env config another config's eval-only run covers is listed in EVAL_ONLY_ELSEWHERE.
 Demos recorded with the same arguments earlier in the session are copied (tests/test_learning.py
 records the same 2 PushCube demos through benchmarks/learning.py).
 The eval-only run of libero_grpo_tiny also checks its per-task metrics and two-camera videos:
@@ -37,13 +37,18 @@ from tests.cli_runs import (
 pytestmark = [pytest.mark.slow]
 
 SHIPPED = available(CONFIG_DIR)
-# At most this many eval epochs in a training run's evaluations: 16 episodes on 2 cores, enough
-# to show that a shipped SFT policy succeeds on held-out states (maniskill_ppo_from_sft ships 16).
+# At most this many eval epochs per evaluation of a run that evaluates before training: 16 episodes
+# on 2 cores, enough to show that a shipped SFT policy succeeds on held-out states
+# (maniskill_ppo_from_sft ships 16). A run that does not only shows that it evaluates: one epoch.
 TRAIN_EVAL_EPOCHS = 4
 # Configs whose eval-only run of a checkpoint, with the checks below, is another test's.
+# The eval-only path reads the env config and the checkpoint; the algorithm does not act there.
 EVAL_ONLY_ELSEWHERE = {"maniskill_sft_tiny": "tests/test_sft.py",
                        # the same env and goal-reading policy as maniskill_sft_pick_cube_tiny's eval-only run here
-                       "maniskill_ppo_pick_cube": "maniskill_sft_pick_cube_tiny", "maniskill_grpo_pick_cube": "maniskill_sft_pick_cube_tiny"}
+                       "maniskill_ppo_pick_cube": "maniskill_sft_pick_cube_tiny", "maniskill_grpo_pick_cube": "maniskill_sft_pick_cube_tiny",
+                       # PickCube from the tiny preset: the same env config as maniskill_sft_pick_cube_tiny; the
+                       # eval-only run of a PPO checkpoint with its value head is tests/test_runtime_e2e.py's
+                       "maniskill_ppo_tiny": "maniskill_sft_pick_cube_tiny", "maniskill_grpo_tiny": "maniskill_sft_pick_cube_tiny"}
 
 
 def _two_libero_tasks(run: Path) -> None:
@@ -89,6 +94,21 @@ def _check_start_policy(cfg, before: dict, run: Path) -> None:
     assert before["eval/success_once"] > 0.0, before
 
 
+def _check_eval_change(stdout: str, run: Path, metrics: dict[int, dict]) -> None:
+    """A run that evaluated before training ends with the change, its episodes paired by initial
+    state (the eval env's fixed reset ids), on the console and in eval_change.json."""
+    last = max(metrics)
+    lines = [line for line in stdout.splitlines() if line.startswith("eval success, greedy")]
+    assert len(lines) == 1 and " at step 0 -> " in lines[0] and f" at step {last}: " in lines[0], stdout[-3000:]
+    assert "; paired: " in lines[0] and " only after, " in lines[0] and "exact McNemar p = " in lines[0], lines[0]
+    change = json.loads((run / "eval_change.json").read_text())["results"]["greedy"]
+    n = metrics[0]["eval/num_trajectories"]
+    assert (change["before"]["step"], change["after"]["step"], change["paired"]["n"]) == (0, last, n)
+    paired = change["paired"]
+    assert paired["both"] + paired["only_after"] == round(metrics[last]["eval/success_once"] * n)
+    assert paired["both"] + paired["only_before"] == round(metrics[0]["eval/success_once"] * n)
+
+
 def shrink(cfg) -> list[str]:
     """2 training steps of the smallest rollout the config allows: one rollout epoch, one group per
     stage, one minibatch; a recipe's critic-only steps become one, so the second updates the policy."""
@@ -105,13 +125,15 @@ def test_shipped_config_trains_two_steps_and_evaluates(name: str, tmp_path: Path
     cfg = load_config(name, skip=("sft_data",), plan=False)
     for path in cfg.data.train_data_paths:  # SFT: first record the demos it names, as its header says
         record_demos(name, 2, path, cwd=tmp_path)
-    run_cli("train", name, *shrink(cfg), f"runner.experiment_name={name}", "algorithm.sampling_params.eval_scoring=[greedy]",
-            f"algorithm.eval_rollout_epoch={min(cfg.algorithm.eval_rollout_epoch, TRAIN_EVAL_EPOCHS)}", cwd=tmp_path)
+    epochs = min(cfg.algorithm.eval_rollout_epoch, TRAIN_EVAL_EPOCHS if cfg.runner.val_before_train else 1)
+    proc = run_cli("train", name, *shrink(cfg), f"runner.experiment_name={name}", "algorithm.sampling_params.eval_scoring=[greedy]",
+                   f"algorithm.eval_rollout_epoch={epochs}", cwd=tmp_path)
     run = tmp_path / "runs" / name
     metrics = read_metrics(run)
     assert sorted(metrics) == ([0] if cfg.runner.val_before_train else []) + [1, 2]
     if cfg.runner.val_before_train:
         _check_start_policy(cfg, metrics[0], run)
+        _check_eval_change(proc.stdout, run, metrics)
     for step in (1, 2):
         losses = {k: v for k, v in metrics[step].items() if k.startswith("train/")}
         assert losses and all(math.isfinite(v) for v in losses.values()), losses

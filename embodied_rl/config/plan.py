@@ -60,6 +60,14 @@ def used_modes(cfg: RootConfig) -> tuple[str, ...]:
     return ("eval",) if cfg.runner.only_eval or cfg.runner.paradigm == "sft" else MODES
 
 
+def first_mode(cfg: RootConfig, *, resuming: bool = False) -> str:
+    """The env mode a run steps first: evaluation before any training (or instead of it), else
+    training (a resumed run continues with training)."""
+    if "train" not in used_modes(cfg):
+        return "eval"
+    return "eval" if evaluates_after(cfg, 0) and not resuming else "train"
+
+
 def components(cfg: RootConfig) -> tuple[str, ...]:
     """The worker groups a run starts: evaluation only needs no actor."""
     return ("env", "rollout") if cfg.runner.only_eval else ("env", "rollout", "actor")

@@ -92,9 +92,10 @@ class Groups:
 
 
 def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs: dict[str, str],
-                 adopt_session: bool = False) -> Groups:
+                 first_mode: str = "train", adopt_session: bool = False) -> Groups:
     """Start the groups on the slots the config was validated against (Ray must offer exactly
     those); Ray actors are named <group_name>_<rank> in a namespace of their own per run.
+    `first_mode`: the env mode the runner steps first, whose sub-envs start with the workers.
     `adopt_session`: see RayCluster."""
     cluster = RayCluster.from_config(cfg.cluster, detect_resources(cfg.cluster), adopt_session=adopt_session)
     try:
@@ -113,11 +114,12 @@ def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs
             args=(rollout_model, wiring),
             kwargs=rollout_worker_kwargs(cfg, n_env),
         )
-        # The actor processes start (imports) while the rollout workers build their policies:
-        # their constructors touch no channel.
+        # The actor and env processes start while the rollout workers build their policies:
+        # their constructors touch no channel, and the env workers build their first mode's
+        # sub-envs (simulator imports, first render) then, but send nothing until the runner's
+        # first interact, which comes after the barrier below.
         actor = (WorkerGroup(_actor_cls(), cluster, placement, "actor", name=cfg.actor.group_name, args=(cfg,), **named)
                  if with_actor else None)
-        rollout.get_rng_state().wait(SETUP_TIMEOUT_S)  # barrier: consumers registered
         env_cfgs = {mode: getattr(cfg.env, mode) for mode in used_modes(cfg)}
         env = WorkerGroup(
             _env_cls(), cluster, placement, "env", name=cfg.env.group_name, **named,
@@ -125,9 +127,12 @@ def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs
             kwargs={"num_rollout_workers": n_rollout, "pipeline_stage_num": cfg.rollout.pipeline_stage_num,
                     "video_dirs": video_dirs, "run_name": run_name},
         )
+        env_built = env.build(first_mode)
+        rollout.get_rng_state().wait(SETUP_TIMEOUT_S)  # barrier: consumers registered
         if actor is not None:
             addr, port = ray.get(actor.workers[0].get_master_address.remote())
             actor.setup(addr, port).wait(SETUP_TIMEOUT_S)
+        env_built.wait(SETUP_TIMEOUT_S)
         return Groups(cluster, placement, wiring, env, rollout, actor)
     except BaseException:
         cluster.shutdown()

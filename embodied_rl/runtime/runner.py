@@ -31,6 +31,7 @@ from embodied_rl.config.plan import (
     chunk_steps_per_epoch,
     components,
     evaluates_after,
+    first_mode,
     may_restart,
     saves_after,
 )
@@ -96,7 +97,7 @@ class EmbodiedRunner:
         seed_everything(cfg.runner.seed)
         video_dirs = {"train": cfg.env.train.video_cfg.video_base_dir, "eval": cfg.env.eval.video_cfg.video_base_dir}
         self.groups = build_groups(cfg, with_actor="actor" in components(cfg), run_name=self.run_name, video_dirs=video_dirs,
-                                   adopt_session=adopt_session)
+                                   first_mode=first_mode(cfg, resuming=bool(resume_dir)), adopt_session=adopt_session)
         write_environment(self.run_dir, self.groups.env.simulator_facts().wait())
         self.groups.record_placement(self.run_dir)
         if self.sft:

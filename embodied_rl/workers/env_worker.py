@@ -68,6 +68,10 @@ class EnvWorker:
                 env.epoch = epoch
         return self._envs[mode]
 
+    def build(self, mode: str) -> None:
+        """Start the `mode` sub-envs (simulator processes) now rather than at the first interact."""
+        self._stage_envs(mode)
+
     def get_state(self) -> dict[str, list[int]]:
         """What a checkpoint needs to continue the reset-id streams: the epoch of each stage.
 
