@@ -92,10 +92,11 @@ class Groups:
 
 
 def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs: dict[str, str],
-                 first_mode: str = "train", adopt_session: bool = False) -> Groups:
+                 first_mode: str | None = "train", adopt_session: bool = False) -> Groups:
     """Start the groups on the slots the config was validated against (Ray must offer exactly
     those); Ray actors are named <group_name>_<rank> in a namespace of their own per run.
-    `first_mode`: the env mode the runner steps first, whose sub-envs start with the workers.
+    `first_mode`: the env mode the runner steps first, whose sub-envs start with the workers
+    (None: at the first interact; benchmarks/start_up.py compares the two).
     `adopt_session`: see RayCluster."""
     cluster = RayCluster.from_config(cfg.cluster, detect_resources(cfg.cluster), adopt_session=adopt_session)
     try:
@@ -127,12 +128,13 @@ def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs
             kwargs={"num_rollout_workers": n_rollout, "pipeline_stage_num": cfg.rollout.pipeline_stage_num,
                     "video_dirs": video_dirs, "run_name": run_name},
         )
-        env_built = env.build(first_mode)
+        env_built = env.build(first_mode) if first_mode else None
         rollout.get_rng_state().wait(SETUP_TIMEOUT_S)  # barrier: consumers registered
         if actor is not None:
             addr, port = ray.get(actor.workers[0].get_master_address.remote())
             actor.setup(addr, port).wait(SETUP_TIMEOUT_S)
-        env_built.wait(SETUP_TIMEOUT_S)
+        if env_built is not None:
+            env_built.wait(SETUP_TIMEOUT_S)
         return Groups(cluster, placement, wiring, env, rollout, actor)
     except BaseException:
         cluster.shutdown()
