@@ -19,32 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-CONFIG = """\
-defaults:
-  - env/maniskill_pick_cube@env.train
-  - env/maniskill_pick_cube@env.eval
-cluster:
-  component_placement: {{actor: 0-1, env: 0-1, rollout: 0}}
-runner:
-  output_dir: {out}
-  logger:
-    logger_backends: [console]
-algorithm: {{adv_type: gae, reward_type: chunk_level}}
-env:
-  train:
-    total_num_envs: 4
-    max_episode_steps: 16
-    init_params: {{camera_heights: 64, camera_widths: 64}}
-    video_cfg: {{save_video: false}}
-actor:
-  micro_batch_size: 4
-  global_batch_size: 8
-  model:
-    model_path: {model}
-    create_preset: {{name: tiny, image_size: 64}}
-    add_value_head: true
-    value_type: chunk_level
-"""
+# The run benchmarks/recovery.py interrupts: the same groups and sub-envs.
+from recovery import CONFIG  # benchmarks/ is this script's directory
 
 
 def ready_seconds(cfg, first_mode: str | None) -> float:
@@ -70,7 +46,7 @@ def main() -> None:
     from embodied_rl.runtime.train import ensure_model
 
     work = Path(tempfile.mkdtemp(prefix="start_up_"))
-    (work / "start_up.yaml").write_text(CONFIG.format(out=work / "runs", model=work / "tiny"))
+    (work / "start_up.yaml").write_text(CONFIG.format(out=work / "runs", model=work / "tiny", steps=1))
     cfg = load_config(str(work / "start_up.yaml"))
     ensure_model(cfg)
     times: dict[str, list[float]] = {"lazy": [], "with the groups": []}
