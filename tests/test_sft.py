@@ -65,12 +65,8 @@ def work(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def overfit_proc(work):
-    return run_cli("sft", CONFIG, *OVERFIT, cwd=work)
-
-
-@pytest.fixture(scope="module")
-def overfit_run(overfit_proc, work):
+def overfit_run(work):
+    run_cli("sft", CONFIG, *OVERFIT, cwd=work)
     return work / "runs" / "overfit"
 
 
