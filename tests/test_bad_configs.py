@@ -137,7 +137,10 @@ CASES: list[tuple[str, list[str], str]] = [
                  "`embodied-rl demos maniskill_sft_tiny --num-demos N --out demos/push_cube_64`")),
     ("sft", ["data.train_data_paths=[]"], "runner.paradigm=sft needs data.train_data_paths"),
     ("sft", ["actor.global_batch_size=null"], "actor.global_batch_size: SFT needs a number of demo samples"),
-    ("train", ["data.train_data_paths=[demos/push_cube_64]"], "data.train_data_paths is read by SFT only"),
+    ("train", ["data.train_data_paths=[demos/push_cube_64]", "algorithm.bc_coef=0"], "data.train_data_paths is read by SFT, or by RL with algorithm.bc_coef > 0"),
+    ("train", ["algorithm.bc_coef=0.1"], "algorithm.bc_coef=0.1 clones demonstrations, but data.train_data_paths is empty"),
+    ("train", ["algorithm.bc_coef=-1"], "algorithm.bc_coef=-1.0 must be >= 0"),
+    ("sft", ["algorithm.bc_coef=0.5"], "algorithm.bc_coef=0.5 adds behaviour cloning to RL, but runner.paradigm=sft"),
     ("train", ["runner.paradigm=dagger"], "runner.paradigm: expected one of"),
     # runner, logger, typos
     ("train", ["runner.max_steps=0"], "runner.max_steps: must be >= 1"),

@@ -171,3 +171,48 @@ def test_demos_of_another_task_are_refused_before_anything_starts(work) -> None:
     assert lines[0] == (f"error: data.train_data_paths[0]: {DEMOS}/manifest.json: demos have task PushCube-v1, "
                         "expected PickCube-v1")
     assert not (work / "runs" / "wrong_task").exists()
+
+
+# ---------------------------------------------------------------- demos during RL
+
+
+@pytest.mark.slow
+def test_bc_term_clones_the_demos_in_every_policy_step_of_rl(work, tmp_path, monkeypatch) -> None:
+    """algorithm.bc_coef: an RL training step also fits the demos (their NLL falls step after
+    step), not during critic warm-up (policy untouched), and nothing of it without the key."""
+    from embodied_rl.configure import load_config
+    from embodied_rl.workers.actor import fsdp
+    from embodied_rl.workers.actor.worker import ActorWorker
+    from tests.actor_fixtures import make_rollout_batch
+
+    monkeypatch.chdir(work)  # data.train_data_paths is relative to the checkout, as for a user
+    sizes = ["actor.global_batch_size=8", "actor.micro_batch_size=4", "algorithm.n_minibatches=1", "algorithm.update_epoch=2",
+             "runner.critic_warmup=1", "actor.optim.lr=1e-3", "algorithm.reward_norm=none", "algorithm.reward_scale=false"]
+    demo_keys = [f"data.train_data_paths=[{DEMOS}]", "algorithm.bc_coef=1.0"]
+
+    def steps(overrides: list[str], n: int) -> tuple[list[dict], list[torch.Tensor]]:
+        cfg = load_config("maniskill_ppo_from_sft", [*sizes, *overrides], plan=False)
+        batch = make_rollout_batch(cfg)
+        worker = ActorWorker(cfg, 0, 1)
+        try:
+            worker.setup("127.0.0.1", fsdp.free_port())
+            if cfg.algorithm.bc_coef > 0:
+                assert worker.load_demos() > 0
+            policy_weights = lambda: torch.cat([p.detach().full_tensor().flatten() for n_, p in worker.policy.named_parameters()
+                                                if "value_head" not in n_])
+            metrics, weights = [], [policy_weights()]
+            for _ in range(n):
+                metrics.append(worker.train_step(batch))
+                weights.append(policy_weights())
+        finally:
+            worker.shutdown()
+        return metrics, weights
+
+    with_bc, w_bc = steps(demo_keys, 4)
+    assert "train/actor/bc_nll" not in with_bc[0] and torch.equal(w_bc[0], w_bc[1])  # critic warm-up: the policy waits
+    nll = [m["train/actor/bc_nll"] for m in with_bc[1:]]
+    assert all(math.isfinite(x) for x in nll) and nll[-1] < nll[0], nll
+    assert 0 < with_bc[-1]["train/actor/bc_token_prob"] <= 1
+    without, w_plain = steps([], 2)
+    assert not any(k.startswith("train/actor/bc_") for k in without[-1])
+    assert not torch.equal(w_bc[2], w_plain[2])  # the same rollout batch, the demos' gradient on top

@@ -104,8 +104,12 @@ class EmbodiedRunner:
             from embodied_rl.demos.sft_data import sft_statistics
 
             self._use_statistics(sft_statistics(cfg))
-            n = self.groups.actor.setup_sft(self.dataset_statistics).wait()[0]
+            n = self.groups.actor.load_demos(self.dataset_statistics).wait()[0]
             log.info("SFT on %d demo samples from %s", n, ", ".join(cfg.data.train_data_paths))
+        elif cfg.algorithm.bc_coef > 0 and not cfg.runner.only_eval:
+            n = self.groups.actor.load_demos(None).wait()[0]
+            log.info("behaviour-cloning term (algorithm.bc_coef=%g) on %d demo samples from %s", cfg.algorithm.bc_coef, n,
+                     ", ".join(cfg.data.train_data_paths))
         if resume_dir:
             self._resume(resume_dir)
         elif cfg.runner.ckpt_path:

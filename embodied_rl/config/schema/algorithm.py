@@ -75,6 +75,8 @@ class AlgorithmConfig:
     value_clip: float | None = field(default=0.2, metadata={"help": "Clip new values to old_values +- x and take the larger loss (PPO value clipping); null = off."})
     huber_delta: float | None = field(default=None, metadata={"help": "Huber loss with this delta for the value loss; null = 0.5 * squared error."})
     critic_replay_steps: int = field(default=0, metadata={"help": "After each training step's updates, one value-only pass over the critic's samples (privileged state, return) of this step and the N steps before it, which the actor keeps and checkpoints: more data per fit when a batch holds few episodes (docs/LEARNING.md measures it); 0 = fit the current batch only. Needs actor.model.value_input=privileged_state."})
+    # --- demonstrations during RL ----------------------------------------------------------
+    bc_coef: float = field(default=0.0, metadata={"help": "Demo-augmented RL (as DAPG): every policy optimizer step also takes bc_coef x the behaviour-cloning loss (mean negative log-likelihood of the expert's action tokens, SFT's loss) on actor.global_batch_size samples of the demonstrations in data.train_data_paths, drawn epoch after epoch; not during runner.critic_warmup. The demos pull the policy towards the expert's actions where its own rollouts rarely succeed; 0 = off (data.train_data_paths must then be empty)."})
     # --- consumed by the runtime / rollout (see RUNTIME_KEYS) ----------------------------
     update_epoch: int = field(default=1, metadata={"help": "Passes over the rollout batch per training step."})
     n_minibatches: int = field(default=1, metadata={"help": "With actor.global_batch_size null: optimizer steps per update epoch, the rollout batch split evenly (global_batch_size = rollout batch / n_minibatches, derived at start). Must be 1 when actor.global_batch_size is set."})
@@ -110,7 +112,7 @@ class AlgorithmConfig:
             if not 0.0 <= getattr(self, key) <= 1.0:
                 raise ConfigError(f"algorithm.{key}={getattr(self, key)} must be in [0, 1]")
         for key in ("ratio_clip_eps", "clip_ratio_low", "clip_ratio_high", "advantage_clip", "reward_clip",
-                    "value_clip", "huber_delta", "kl_beta", "kl_loss_coef", "entropy_bonus", "value_loss_coef"):
+                    "value_clip", "huber_delta", "kl_beta", "kl_loss_coef", "entropy_bonus", "value_loss_coef", "bc_coef"):
             value = getattr(self, key)
             if value is not None and value < 0:
                 raise ConfigError(f"algorithm.{key}={value} must be >= 0")
@@ -172,6 +174,7 @@ RUNTIME_KEYS: dict[str, str] = {
     "eval_rollout_epoch": "runtime evaluation: rollout epochs per evaluation",
     "sampling_params": "rollout/model: action-token sampling (do_sample, temperatures, top_k); runtime evaluation: eval_scoring",
     "critic_replay_steps": "actor: value-only pass over the value targets of the last steps",
+    "bc_coef": "actor: behaviour-cloning term on demonstration samples in every policy optimizer step",
 }
 
 

@@ -58,7 +58,7 @@ class RunnerConfig:
 
 @dataclass
 class DataConfig:
-    train_data_paths: list[str] = field(default_factory=list, metadata={"help": "Demonstration directories written by `embodied-rl demos` for runner.paradigm=sft (concatenated; each is checked against env.train and actor.model before the run starts); must be empty for RL."})
+    train_data_paths: list[str] = field(default_factory=list, metadata={"help": "Demonstration directories written by `embodied-rl demos` for runner.paradigm=sft, or for RL with algorithm.bc_coef > 0 (concatenated; each is checked against env.train and actor.model before the run starts); must be empty for RL otherwise."})
 
 
 @dataclass

@@ -6,7 +6,8 @@ a Ray actor, one process per rank. Lifecycle, driven by the runner:
     addr, port = rank0.get_master_address()            # rank 0's host and a free port
     all ranks:  setup(addr, port)                      # process group, policy, FSDP2, AdamW, LR schedule
     per step:   train_step(batch) -> metrics           # collective; batch contract in actor/batch.py
-    SFT:        setup_sft(stats) once, then sft_step() -> metrics per step (demos read by each rank)
+    SFT:        load_demos(stats) once, then sft_step() -> metrics per step (demos read by each rank)
+    demo-augmented RL (algorithm.bc_coef > 0): load_demos() once; train_step adds the BC term
                 get_trainable_state_dict() -> (sd | None, version)   # collective; sd on rank 0 only
                 offload() / onload()                   # collocated GPU layouts (actor.enable_offload)
     save_checkpoint(dir) / load_checkpoint(dir)        # collective; rank 0 writes/reads the files
@@ -131,7 +132,7 @@ class ActorWorker:
 
     def train_step(self, batch: dict) -> dict[str, float]:
         """`algorithm.update_epoch` passes over the batch, one optimizer step per global
-        minibatch, then (with algorithm.critic_replay_steps) the critic's replay pass, then one
+        minibatch (with the BC term on demos when they are loaded, after critic warm-up), then (with algorithm.critic_replay_steps) the critic's replay pass, then one
         LR-scheduler step. Returns metrics averaged over all ranks."""
         self._require_setup()
         self.onload()
@@ -141,6 +142,7 @@ class ActorWorker:
         total = num_samples(flat)
         check_batch_sizes(total, a.global_batch_size, a.micro_batch_size, self.world_size)
         sums: dict[str, float] = {}
+        bc_sums: dict[str, float] = {}  # the BC term's metrics, summed over optimizer steps
         n_micro = n_steps = skipped = 0
         grad_norm_sum = 0.0
         lrs = [g["lr"] for g in self.optimizer.param_groups]  # the LR this training step uses
@@ -153,6 +155,9 @@ class ActorWorker:
                     for k, v in metrics.items():
                         sums[k] = _combine(k, sums.get(k), v)
                     n_micro += 1
+                if self.sft_samples is not None and not warmup:
+                    for k, v in self._backward_demos(coef=algo.bc_coef).items():
+                        bc_sums[k] = bc_sums.get(k, 0.0) + v
                 norm = self._clip_and_step(critic_only=warmup)
                 n_steps += 1
                 skipped += not math.isfinite(norm)
@@ -161,6 +166,7 @@ class ActorWorker:
         self.scheduler.step()
         self.version += 1
         out = {f"train/{k}": v if _extreme(k) else v / n_micro for k, v in sums.items()}
+        out.update({f"train/actor/bc_{k.split('/')[-1]}": v / n_steps for k, v in bc_sums.items()})
         out = self._reduce_over_ranks({**out, **replay})
         out["train/actor/grad_norm"] = grad_norm_sum / max(1, n_steps - skipped)
         out["train/actor/nonfinite_grad_steps"] = float(skipped)
@@ -188,9 +194,11 @@ class ActorWorker:
             self._clip_and_step(critic_only=True)
         return {"train/critic/replay_value_loss": loss_sum / max(1, n_micro), "train/critic/replay_samples": float(len(data["returns"]))}
 
-    def setup_sft(self, stats: dict) -> int:
-        """Adopt the SFT statistics and tokenise the demos (every rank reads them itself, so
-        no sample passes through the driver); returns the number of samples."""
+    def load_demos(self, stats: dict | None = None) -> int:
+        """Tokenise the demos of data.train_data_paths (every rank reads them itself, so no
+        sample passes through the driver), for SFT or the BC term of RL; returns the number of
+        samples. `stats`: SFT's statistics, adopted first; None keeps the policy's own, so the
+        expert's actions are binned as the policy being fine-tuned bins its own."""
         from embodied_rl.demos.sft_data import (
             EpochSampler,
             build_samples,
@@ -198,7 +206,8 @@ class ActorWorker:
         )
 
         self._require_setup()
-        self.policy.set_dataset_statistics(stats)
+        if stats is not None:
+            self.policy.set_dataset_statistics(stats)
         self.sft_samples = build_samples(self.policy, load_sft_demos(self.cfg))
         self.sft_sampler = EpochSampler(len(self.sft_samples), self._shuffle)
         return len(self.sft_samples)
@@ -207,20 +216,10 @@ class ActorWorker:
         """One optimizer step on `actor.global_batch_size` demo samples (this rank: its slice),
         then one LR-scheduler step. Returns metrics averaged over all ranks."""
         if self.sft_samples is None:
-            raise RuntimeError("ActorWorker.setup_sft(stats) must run before sft_step")
+            raise RuntimeError("ActorWorker.load_demos(stats) must run before sft_step")
         self.onload()
-        a = self.cfg.actor
-        micros = rank_micro_batches(self.sft_sampler.next(a.global_batch_size), a.micro_batch_size, self.rank, self.world_size)
         lr = next(g["lr"] for g in self.optimizer.param_groups if g["name"] != "value_head")
-        sums: dict[str, float] = {}
-        for idx in micros:
-            inputs, tokens, mask = self.sft_samples.select(idx)
-            out = self.policy.evaluate_actions(_to_device(inputs, self.device), tokens.to(self.device),
-                                               temperature=1.0, top_k=0, compute_values=False)
-            loss, metrics = sft_loss(out["logprobs"].float(), mask.to(self.device))
-            (loss / len(micros)).backward()
-            for k, v in metrics.items():
-                sums[k] = sums.get(k, 0.0) + v / len(micros)
+        sums = self._backward_demos(coef=1.0)
         norm = self._clip_and_step()
         self.scheduler.step()
         self.version += 1
@@ -229,6 +228,22 @@ class ActorWorker:
         out["train/actor/lr"] = lr
         out["train/sft/epoch"] = float(self.sft_sampler.epoch)
         return out
+
+    def _backward_demos(self, coef: float) -> dict[str, float]:
+        """Accumulate coef x the behaviour-cloning loss of the next global batch of demo samples
+        (this rank's slice); returns its metrics (sft/nll, sft/token_prob)."""
+        a = self.cfg.actor
+        micros = rank_micro_batches(self.sft_sampler.next(a.global_batch_size), a.micro_batch_size, self.rank, self.world_size)
+        sums: dict[str, float] = {}
+        for idx in micros:
+            inputs, tokens, mask = self.sft_samples.select(idx)
+            out = self.policy.evaluate_actions(_to_device(inputs, self.device), tokens.to(self.device),
+                                               temperature=1.0, top_k=0, compute_values=False)
+            loss, metrics = sft_loss(out["logprobs"].float(), mask.to(self.device))
+            (coef * loss / len(micros)).backward()
+            for k, v in metrics.items():
+                sums[k] = sums.get(k, 0.0) + v / len(micros)
+        return sums
 
     def _backward_micro(self, mb: dict, scale: float) -> dict[str, float]:
         algo = self.cfg.algorithm
