@@ -180,6 +180,38 @@ def test_fsdp_config_keys_take_effect(actor_hosts, model_dir, overrides, expect)
         assert f["buffer_dtypes"] == {torch.float32}  # RoPE frequencies stay fp32 whatever param_dtype is
 
 
+def test_process_group_covers_cpu_tensors_on_a_gpu() -> None:
+    """With cpu_offload a GPU rank's shards, gradients and their norms are CPU tensors: its group
+    pairs NCCL with gloo. (A CPU-only torch has no NCCL to start that group with; the CPU path of
+    the same collectives runs in the cpu_offload test below.)"""
+    from torch.distributed.distributed_c10d import Backend, BackendConfig
+
+    mixed = fsdp.process_group_backend(torch.device("cuda", 1))
+    assert BackendConfig(Backend(mixed)).get_device_backend_map() == {"cpu": "gloo", "cuda": "nccl"}
+    assert fsdp.process_group_backend(torch.device("cpu")) == "gloo"
+
+
+def test_cpu_offload_trains_gathers_and_resumes_like_the_run_without(world2, actor_hosts, model_dir, batch, tmp_path):
+    """FSDP2's CPUOffloadPolicy over gloo: the update, the weight gather, gradient clipping and
+    the checkpoint broadcast on offloaded shards give what the run without offload gives."""
+    cfg = actor_config(model_dir, *LORA, "actor.fsdp_config.cpu_offload=true")
+    on_cpu = lambda w: {p.to_local().device.type for p in w.policy.parameters()} | {
+        type(g.offload_policy).__name__ for g in [w.policy.fsdp_units()[0]._get_fsdp_state()._fsdp_param_group]}
+    with ActorGroup(actor_hosts, cfg, 2) as group:
+        facts = group.run(on_cpu)
+        metrics = group.call("train_step", batch)[0]
+        after, version = group.call("get_trainable_state_dict")[0]
+        group.call("save_checkpoint", str(tmp_path / "actor"))
+    assert facts == [{"cpu", "CPUOffloadPolicy"}] * 2 and version == 2
+    assert metrics["train/actor/grad_norm"] == pytest.approx(world2["metrics"]["train/actor/grad_norm"], rel=1e-5)
+    for k, v in world2["trainable"].items():
+        torch.testing.assert_close(after[k], v, rtol=1e-5, atol=1e-7, msg=k)
+    with ActorGroup(actor_hosts, cfg, 2) as group:
+        assert group.call("load_checkpoint", str(tmp_path / "actor")) == [2, 2]
+        loaded = group.call("get_trainable_state_dict")[0][0]
+    assert all(torch.equal(loaded[k], v) for k, v in after.items())
+
+
 PRIVILEGED = ("actor.model.value_input=privileged_state", "actor.model.privileged_state_dim=6",
               "+env.train.init_params.privileged_state=true")
 

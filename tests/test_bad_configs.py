@@ -90,6 +90,8 @@ CASES: list[tuple[str, list[str], str]] = [
     # precision, devices, engines
     ("train", ["actor.model.attn_implementation=flash_attention_2"], "flash_attention_2 runs only in fp16/bf16"),
     ("train", ["actor.model.attn_implementation=flash_attention_2", "actor.model.precision=bf16"], "flash_attention_2 needs CUDA GPUs"),
+    ("train", ["actor.model.attn_implementation=flash_attention_2", "actor.model.precision=bf16", "actor.fsdp_config.mixed_precision.param_dtype=fp32"],
+     "flash_attention_2 runs only in fp16/bf16, but actor.fsdp_config.mixed_precision.param_dtype=fp32: set actor.fsdp_config.mixed_precision.param_dtype=bf16"),
     ("train", ["actor.fsdp_config.mixed_precision.param_dtype=fp16"], "param_dtype=fp16 needs loss scaling"),
     ("train", ["actor.enable_offload=true"], "actor.enable_offload=true needs GPUs"),
     ("train", ["rollout.enable_offload=true"], "rollout.enable_offload=true needs GPUs"),

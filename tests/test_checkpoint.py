@@ -140,3 +140,41 @@ def test_resume_dir_errors_are_one_line(tmp_path):
         resolve_resume_dir(str(tmp_path / "nope"), tmp_path)
     with pytest.raises(CheckpointError, match="trainable.safetensors"):
         export_policy(tmp_path, None, tmp_path / "out")
+
+
+def test_a_flash_attention_gpu_run_exports_and_replays_on_the_cpu(tmp_path):
+    """A run's saved config names flash_attention_2 (and GPUs, cpu_offload, an 8-GPU placement):
+    `embodied-rl export` and `checkpoint_policy` build it on the CPU with sdpa, from
+    the checkpoint's own weights, and the run's config keeps the kernel it trained with."""
+    import dataclasses
+
+    from safetensors.torch import save_file
+
+    from embodied_rl.cli.export import export
+    from embodied_rl.config.loader import to_yaml
+    from embodied_rl.configure import load_config
+    from embodied_rl.distributed.resources import Resources
+    from embodied_rl.replay import checkpoint_policy
+    from embodied_rl.runtime.checkpoint import ACTOR_WEIGHTS
+
+    model = make_tiny_model(tmp_path)
+    cfg = load_config("maniskill_ppo_tiny", [
+        f"actor.model.model_path={model}", "actor.model.create_preset=null", "actor.model.attn_implementation=flash_attention_2",
+        "actor.model.precision=bf16", "actor.fsdp_config.cpu_offload=true", "cluster.component_placement={actor: 0-7, env: all, rollout: all}",
+    ], resources=Resources(1, 8, "gpu"))
+    sdpa = dataclasses.replace(cfg.actor.model, attn_implementation="sdpa")
+    trained = {k: v + 0.01 for k, v in build_policy(sdpa, dtype=torch.float32).trainable_state_dict().items()}
+    run = tmp_path / "run"
+    with checkpoint_writer(run, 1) as tmp:
+        actor_dir(tmp).mkdir(parents=True)
+        save_file(trained, str(actor_dir(tmp) / ACTOR_WEIGHTS))
+        write_runner_state(tmp, global_step=1, weight_version=2, config_yaml=to_yaml(cfg))
+
+    out = export(str(run), tmp_path / "export")
+    exported = build_policy(dataclasses.replace(sdpa, model_path=str(out)), dtype=torch.float32).trainable_state_dict()
+    assert set(exported) == set(trained) and all(torch.equal(exported[k], v) for k, v in trained.items())
+
+    run_cfg, policy = checkpoint_policy(run)
+    assert run_cfg.actor.model.attn_implementation == "flash_attention_2" and policy.vla.attn_implementation == "sdpa"
+    replayed = policy.trainable_state_dict()
+    assert all(torch.equal(replayed[k], v.to(replayed[k].dtype)) for k, v in trained.items())

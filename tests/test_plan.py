@@ -114,3 +114,34 @@ def test_training_loop_schedule() -> None:
     assert not any(evaluates_after(cfg, s) or saves_after(cfg, s) for s in range(6))
     assert components(cfg) == ("env", "rollout", "actor")
     assert components(load_config("maniskill_ppo_tiny", ["runner.only_eval=true"], resources=res)) == ("env", "rollout")
+
+
+GPU_NODE = Resources(1, 4, "gpu")
+
+
+@pytest.mark.parametrize(("placement", "message"), [
+    ("{actor: 0-3:0-7, env: all, rollout: all}",
+     (r"^cluster.component_placement.actor: actor ranks 0, 1 share GPU 0, but NCCL takes one rank of a group per GPU; "
+      r"place one actor process per GPU, e.g. 'actor: 0-3'$")),
+    ('{"actor,env": 0-1:0-3, rollout: all}', r"actor ranks 0, 1 share GPU 0, .* e.g. 'actor: 0-1' in an entry of its own \(now 'actor,env'\)$"),
+])
+def test_two_actor_ranks_on_one_gpu_are_refused_before_anything_starts(placement: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config("maniskill_ppo_tiny", [f"cluster.component_placement={placement}"], resources=GPU_NODE)
+    with pytest.raises(ConfigError, match=r"share GPU 4 \(node 1, local GPU 0\)"):
+        load_config("maniskill_ppo_tiny", ["cluster.component_placement={actor: 4-7:0-7, env: all, rollout: all}"],
+                    resources=Resources(2, 4, "gpu"))
+
+
+def test_two_vllm_engines_on_one_gpu_are_refused_huggingface_rollouts_may_share() -> None:
+    from embodied_rl.workers.checks import _one_process_per_gpu
+
+    two_per_gpu = "cluster.component_placement={actor: all, env: all, rollout: 0-1:0-3}"
+    cfg = load_config("maniskill_ppo_tiny", [two_per_gpu], resources=GPU_NODE)  # huggingface: one process per GPU is no need
+    # The rule alone: the backend's own check (is vLLM installed?) is not what is tested here.
+    cfg.rollout.backend = "vllm"
+    with pytest.raises(ConfigError, match=r"^cluster.component_placement.rollout: rollout ranks 0, 1 share GPU 0, but a vLLM engine"):
+        _one_process_per_gpu(cfg, plan_run(cfg, GPU_NODE))
+    # Without GPUs, ranks are gloo processes and share CPU slots freely; collocated groups share a GPU.
+    load_config("maniskill_ppo_tiny", ["cluster.component_placement={actor: 0-1:0-3, env: all, rollout: all}"], resources=Resources(1, 2, "cpu"))
+    load_config("maniskill_ppo_tiny", resources=GPU_NODE)

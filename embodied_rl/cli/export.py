@@ -3,7 +3,9 @@
 CHECKPOINT is `checkpoints/global_step_N` or a run directory (its newest complete checkpoint),
 resolved like `runner.resume_dir`. The policy is rebuilt from the
 checkpoint's own resolved config, so the export needs no experiment config; the output is in
-the official on-disk layout and loads with `actor.model.model_path=OUT_DIR`.
+the official on-disk layout and loads with `actor.model.model_path=OUT_DIR`. The export
+builds on the CPU: a run trained with flash_attention_2 is exported with sdpa, which gives the
+same weights; the attention kernel is the loading run's choice (actor.model.attn_implementation).
 """
 from __future__ import annotations
 
@@ -33,7 +35,8 @@ def export(checkpoint: str, out_dir: str | Path, *, merged: bool = True) -> Path
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"export: {out} exists and is not an empty directory; pass a new OUT_DIR")
     ckpt = resolve_resume_dir(checkpoint, checkpoint, key="export CHECKPOINT")  # complete checkpoints always hold config.yaml
-    model_cfg = load_config(str(ckpt / CONFIG)).actor.model
+    # Read as a config of another machine: the run's GPUs, placement and demos are not needed here.
+    model_cfg = load_config(str(ckpt / CONFIG), plan=False, skip=("sft_data",)).actor.model
     if not merged and not model_cfg.is_lora:
         raise UserError(f"export --adapters: {ckpt} was trained without LoRA (actor.model.is_lora=false); drop --adapters")
     return export_policy(ckpt, model_cfg, out, merged=merged)

@@ -143,8 +143,16 @@ def _optimizer(cfg: RootConfig) -> None:
 @RULES.config_check
 def _precision(cfg: RootConfig) -> None:
     m, mp = cfg.actor.model, cfg.actor.fsdp_config.mixed_precision
-    if m.attn_implementation == "flash_attention_2" and m.precision == "fp32":
-        raise ConfigError("actor.model.attn_implementation=flash_attention_2 runs only in fp16/bf16: set actor.model.precision=bf16 or use sdpa")
+    if m.attn_implementation == "flash_attention_2":
+        # The kernel runs in the compute dtype: the rollout's weights are actor.model.precision, the
+        # actor keeps fp32 weights and computes in FSDP's param_dtype (its own key when set apart).
+        computes = [("actor.model.precision", m.precision)]
+        if not cfg.runner.only_eval:
+            computes.append(("actor.fsdp_config.mixed_precision.param_dtype", mp.param_dtype))
+        for key, name in computes:
+            if name == "fp32":
+                raise ConfigError(f"actor.model.attn_implementation=flash_attention_2 runs only in fp16/bf16, but {key}=fp32: "
+                                  f"set {key}=bf16 or use sdpa")
     for key, name in (("param_dtype", mp.param_dtype), ("reduce_dtype", mp.reduce_dtype)):
         if name == "fp16":
             # fp16 gradients underflow without dynamic loss scaling, which the actor does not do.

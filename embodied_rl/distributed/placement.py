@@ -10,6 +10,8 @@ GPUs one CPU worker slot (`cluster.num_cpu_slots` per node, default: the node's 
 Slot r lives on node r // slots_per_node (distributed/nodes.py pins it there). A component gets one process per listed slot unless
 process ranks are given; processes are spread evenly over the slots in order.
 Components may share slots (collocation); a slot's processes split its resources equally.
+On GPUs an actor rank, and a vLLM rollout engine, needs a GPU of its own: two of one component
+on one GPU are refused at config load (workers/checks.py).
 """
 from __future__ import annotations
 
@@ -34,6 +36,13 @@ class ComponentPlacement:
     def num_processes(self) -> int:
         return len(self.process_slots)
 
+    def shared_slots(self) -> dict[int, tuple[int, ...]]:
+        """Slots holding more than one of this component's processes -> their process ranks."""
+        ranks: dict[int, list[int]] = {}
+        for rank, slot in enumerate(self.process_slots):
+            ranks.setdefault(slot, []).append(rank)
+        return {slot: tuple(r) for slot, r in ranks.items() if len(r) > 1}
+
 
 @dataclass(frozen=True)
 class Placement:
@@ -56,6 +65,32 @@ class Placement:
 
     def node_of(self, slot: int) -> int:
         return slot // self.slots_per_node
+
+    def describe_slot(self, slot: int) -> str:
+        """The slot as a user finds it: 'GPU 5', or on several nodes 'GPU 5 (node 1, local GPU 1)'."""
+        unit = "GPU" if self.accelerator == "gpu" else "CPU slot"
+        if self.num_slots == self.slots_per_node:
+            return f"{unit} {slot}"
+        return f"{unit} {slot} (node {self.node_of(slot)}, local {unit} {slot % self.slots_per_node})"
+
+
+def entry_of(spec: Mapping[str, str | int], name: str) -> str:
+    """The key of `spec` (a component_placement mapping) that places component `name`."""
+    for key in spec:
+        if name in (n.strip() for n in str(key).split(",")):
+            return str(key)
+    raise ConfigError(f"{KEY} has no entry for {name!r}; add e.g. '{name}: all'")
+
+
+def format_ranks(ranks: tuple[int, ...] | list[int]) -> str:
+    """Sorted ranks back in placement syntax: '0-3', '0,2,5-7'."""
+    parts: list[str] = []
+    for r in sorted(ranks):
+        if parts and r == int(parts[-1].rpartition("-")[2]) + 1:
+            parts[-1] = f"{parts[-1].partition('-')[0]}-{r}"
+        else:
+            parts.append(str(r))
+    return ",".join(parts)
 
 
 def parse_ranks(text: str | int, limit: int, where: str) -> list[int]:

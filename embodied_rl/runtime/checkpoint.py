@@ -195,15 +195,21 @@ def export_policy(ckpt_dir: str | Path, model_cfg, out_dir: str | Path, *, merge
     model_cfg: the run's `actor.model` (base weights come from its model_path). merged=True
     folds LoRA into the weights (loads with is_lora=false, no peft); False writes base
     weights + `lora_adapter/` via the policy's save_checkpoint.
+    The attention kernel is not part of the export: a run trained with flash_attention_2 is
+    built with sdpa here (the same weights and attention, up to rounding), and whoever loads
+    the export picks the kernel with its own actor.model.attn_implementation; the checkpoint's
+    config keeps the kernel the run trained with.
     """
     from safetensors.torch import load_file
 
     from embodied_rl.models import build_policy
+    from embodied_rl.models.registry import with_runnable_attention
 
     weights = actor_dir(ckpt_dir) / ACTOR_WEIGHTS
     if not weights.is_file():
         raise CheckpointError(f"{ckpt_dir}: no {ACTOR_DIR}/{ACTOR_WEIGHTS}; pass a checkpoints/global_step_N directory of a training run")
     # The checkpoint's trainable weights (its value head among them) replace the init at once.
+    model_cfg = with_runnable_attention(model_cfg, torch.device("cpu"))
     policy = build_policy(model_cfg, device="cpu", dtype=torch.float32, warn_untrained_value_head=False)
     policy.load_trainable_state_dict(load_file(str(weights)))
     stats = read_dataset_statistics(ckpt_dir)

@@ -9,8 +9,6 @@ output does not depend on how much left padding a sample got.
 """
 from __future__ import annotations
 
-import importlib.util
-
 import torch
 from torch import nn
 from transformers import AutoModelForCausalLM
@@ -19,13 +17,14 @@ from embodied_rl.errors import ConfigError
 from embodied_rl.models.openvla_oft.arch_config import OpenVLAArchConfig
 from embodied_rl.models.openvla_oft.heads import PrismaticProjector
 from embodied_rl.models.openvla_oft.vision import FusedVisionBackbone
+from embodied_rl.models.registry import flash_attention_runs_on
 
 
 def check_attn_implementation(name: str, device: torch.device) -> None:
     """flash_attention_2 only where it can really run; never fall back to another kernel silently."""
     if name != "flash_attention_2":
         return
-    if device.type != "cuda" or importlib.util.find_spec("flash_attn") is None:
+    if not flash_attention_runs_on(device):
         raise ConfigError(
             "actor.model.attn_implementation=flash_attention_2 needs a CUDA device and the flash-attn package; use sdpa instead"
         )

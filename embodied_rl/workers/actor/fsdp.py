@@ -1,6 +1,7 @@
 """torch.distributed set-up and FSDP2 (`fully_shard`) wrapping of a policy.
 
-Keys: `actor.fsdp_config.*` (schema/runtime.py::FSDPConfig). gloo on CPU, NCCL on GPU.
+Keys: `actor.fsdp_config.*` (schema/runtime.py::FSDPConfig). gloo on CPU; on GPU NCCL for CUDA
+tensors and gloo for CPU ones (`process_group_backend`).
 
 Sharding units: the policy names them with `fsdp_units()` (the model folder knows its
 decoder layers, ViT blocks, projector and value head). The root is sharded last and holds
@@ -56,11 +57,21 @@ def actor_device() -> torch.device:
     return torch.device("cpu")
 
 
+def process_group_backend(device: torch.device) -> str:
+    """torch.distributed backend of the actor's group for a rank training on `device`.
+
+    On a GPU the group needs a CPU backend beside NCCL: with `cpu_offload` the shards, their
+    gradients and gradient norms are CPU tensors, and the weight gather, gradient clipping and
+    checkpoint broadcast run collectives on them (object collectives and barriers go to the CPU
+    backend too)."""
+    return "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
+
+
 def init_process_group(rank: int, world_size: int, master_addr: str, master_port: int, device: torch.device, timeout_s: float = 600.0) -> None:
-    """Join the actor's process group: NCCL when training on a GPU, gloo on CPU."""
+    """Join the actor's process group (`process_group_backend`)."""
     if dist.is_initialized():
         raise RuntimeError("torch.distributed is already initialised in this process; one ActorWorker per process")
-    backend = "nccl" if device.type == "cuda" else "gloo"
+    backend = process_group_backend(device)
     if device.type == "cuda":
         torch.cuda.set_device(device)  # NCCL binds each rank to its device
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = master_addr, str(master_port)
@@ -105,7 +116,8 @@ def apply_fsdp2(policy: nn.Module, fsdp_cfg, world_size: int, device: torch.devi
         "reshard_after_forward": fsdp_cfg.sharding_strategy == "full_shard",
     }
     if fsdp_cfg.cpu_offload:
-        kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
+        # Pinned host memory speeds host-device copies; there are none (and no pinning) without a GPU.
+        kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=device.type == "cuda")
     for unit in sharding_units(policy):
         if any(True for _ in unit.parameters()):
             fully_shard(unit, **kwargs)
