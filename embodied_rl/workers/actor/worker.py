@@ -21,8 +21,8 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import ray
 import torch
 import torch.distributed as dist
 from safetensors.torch import load_file, save_file
@@ -59,7 +59,11 @@ from embodied_rl.workers.actor.optim import (
     clip_sets,
 )
 from embodied_rl.workers.actor.value_replay import ValueReplay
-from embodied_rl.workers.protocol import concat_trajectories
+
+# Ray and the rollout protocol are imported where the data comes from the object store, so the
+# worker trains in a process without Ray (scripts/gpu_smoke.py on a bare GPU machine).
+if TYPE_CHECKING:
+    import ray
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +118,10 @@ class ActorWorker:
         rank's Trajectory (rank order), read from the object store. Every rank reads them all and
         computes the same advantages, so no rollout data passes through the driver. Returns the
         rollout/* statistics, train_step's metrics and time/advantages_s (reading + estimating)."""
+        import ray
+
+        from embodied_rl.workers.protocol import concat_trajectories
+
         timer = Timer("advantages")
         with timer("advantages"):
             # Rollout epochs join along the env axis (whole GRPO groups stay together).
@@ -313,6 +321,8 @@ class ActorWorker:
         """get_trainable_state_dict, with rank 0's tensors put in its node's object store:
         [reference] on rank 0, None elsewhere; the rollout workers fetch them from there, never
         through the driver. Collective."""
+        import ray
+
         sd, version = self.get_trainable_state_dict()
         return ([ray.put(sd)] if sd is not None else None), version
 
