@@ -151,7 +151,7 @@ def probe_ray(cfg: RootConfig, path: str) -> Any:
                 dataclasses.replace(cfg.actor.model, model_path=cfg.rollout.model.model_path), wiring, rank=0, world_size=1,
                 **groups.rollout_worker_kwargs(cfg, placement["env"].num_processes))
             # What the worker built (policies, reference, generator seed, served env ranks).
-            rollout = (worker.env_ranks, worker.generator.initial_seed(),
+            rollout = (worker.env_ranks, worker.generators.seed,
                        sorted((k, type(v).__name__) for k, v in vars(worker).items() if v is not None))
             worker.policy.close()  # an engine (rollout.backend) frees its memory here
         finally:

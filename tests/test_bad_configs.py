@@ -102,7 +102,8 @@ CASES: list[tuple[str, list[str], str]] = [
     ("eval", ["env.eval.init_params.render_backend=gpu"], "render_backend=gpu needs CUDA GPUs"),
     ("train", ["rollout.backend=sglang"], "rollout.backend: expected one of 'huggingface', 'vllm'"),
     ("train", ["rollout.backend=vllm", "actor.model.attention_mode=causal"], "actor.model.attention_mode=causal with rollout.backend=vllm"),
-    ("train", ["rollout.backend=vllm", "actor.model.precision=bf16"], "actor.model.precision=bf16/fp16 with rollout.backend=vllm"),
+    ("train", ["rollout.gpu_memory_utilization=1.5"], "rollout.gpu_memory_utilization=1.5: must be in (0, 1]"),
+    ("train", ["rollout.gpu_memory_utilization=0.5"], "rollout.gpu_memory_utilization=0.5 sizes a vLLM engine, but rollout.backend=huggingface"),
     ("train", ["actor.training_backend=megatron"], "actor.training_backend: expected one of 'fsdp'"),
     # model and checkpoint files
     ("train", ["actor.model.model_path=nowhere/model", "actor.model.create_preset=null"], "actor.model.model_path=nowhere/model: no checkpoint there"),

@@ -1,4 +1,4 @@
-"""vLLM rollout backend vs the HF policy on the tiny preset (fp32, 64 px, CPU).
+"""vLLM rollout backend vs the HF policy on the tiny preset (fp32, 64 px, CPU; one engine in bf16).
 
 Needs vLLM (the vllm extra); skipped where it is not importable. One in-process engine per
 module: starting one costs a few seconds.
@@ -15,6 +15,7 @@ import torch
 
 from embodied_rl.config.schema.model import model_config
 from embodied_rl.models.create import create_model
+from embodied_rl.models.generators import DeviceGenerators
 from embodied_rl.models.registry import build_policy
 from embodied_rl.types import EnvObservation
 
@@ -75,6 +76,41 @@ def test_engine_starts_next_to_libraries_that_break_vllms_module_scan(ckpt):
 
     eng = VLLMOpenVLAOFT(ckpt, _cfg(ckpt), max_num_seqs=2)
     eng.close()
+
+
+def test_engine_runs_in_the_policy_precision_with_the_configured_gpu_share(ckpt):
+    """Built as a rollout worker builds it: the engine in actor.model.precision (bf16) with
+    rollout.gpu_memory_utilization, its heads in the same dtype; greedy actions and values as
+    the HF policy loaded in bf16 gives them, up to two bf16 kernels' rounding."""
+    from embodied_rl.models.rollout_backends import build_rollout_policy
+
+    cfg = _cfg(ckpt, precision="bf16")
+    eng = build_rollout_policy("vllm", cfg, device=torch.device("cpu"), gpu_memory_utilization=0.37)
+    try:
+        vllm_cfg = eng.llm.llm_engine.vllm_config
+        assert vllm_cfg.cache_config.gpu_memory_utilization == 0.37
+        assert vllm_cfg.model_config.dtype == torch.bfloat16
+        assert eng.llm.apply_model(lambda model: {p.dtype for p in model.parameters()}) == [{torch.bfloat16}]
+        assert {p.dtype for m in eng.host.components().values() if m is not None for p in m.parameters()} == {torch.bfloat16}
+        hf = build_policy(cfg, device="cpu", warn_untrained_value_head=False).eval()
+        inputs = hf.prepare_inputs(_obs())
+        with torch.no_grad():
+            ours, theirs = eng.predict(inputs, do_sample=False), hf.predict(inputs, do_sample=False)
+        assert (ours.action_tokens == theirs.action_tokens).float().mean() >= 0.9
+        assert torch.allclose(ours.values, theirs.values, atol=2e-2)
+    finally:
+        eng.close()
+
+
+def test_sampling_uses_the_generator_of_the_engines_cpu_logits(engine, hf):
+    """A rollout worker passes DeviceGenerators: the draw takes the CPU one, whatever device the
+    worker's other tensors are on, and equals a plain CPU generator of the same seed."""
+    inputs = hf.prepare_inputs(_obs())
+    gens = DeviceGenerators(5)
+    ours = engine.predict(inputs, do_sample=True, generator=gens)
+    plain = engine.predict(inputs, do_sample=True, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(ours.action_tokens, plain.action_tokens)
+    assert list(gens.get_state()) == ["cpu"]
 
 
 def test_tiny_preset_uses_the_models_own_sdpa(engine):

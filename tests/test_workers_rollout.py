@@ -2,11 +2,13 @@
 
 1 env worker x 2 sub-envs x 2 pipeline stages + 1 rollout worker, 2 chunk steps: the
 trajectory has the documented shapes, eval mode keeps none, weight versions are enforced, the
-eval scorings act greedily or sample (seeded) on the same initial states.
+eval scorings act greedily or sample (seeded) on the same initial states, and the training
+stream restores from a checkpointed state.
 """
 from __future__ import annotations
 
 import dataclasses
+import io
 
 import pytest
 import torch
@@ -148,7 +150,7 @@ def test_eval_scorings_share_states_and_sampling_is_seeded(workers):
     assert again_eps == sampled_eps and again["env/return"] == sampled["env/return"]
     assert other["env/return"] != sampled["env/return"]
     assert [e.episode_return for e in cold_eps] == [e.episode_return for e in greedy_eps]
-    assert torch.equal(rollouts.get_rng_state().wait()[0], train_rng)  # evaluations never draw from the training stream
+    assert _equal_states(rollouts.get_rng_state().wait()[0], train_rng)  # evaluations never draw from the training stream
     with pytest.raises(WorkerError, match="no sampling spec 'bogus'"):
         rollouts.generate(1, "eval", scoring="bogus").wait()
 
@@ -167,6 +169,31 @@ def test_worker_error_names_group_and_rank(workers):
     envs = workers[0]
     with pytest.raises(WorkerError, match="^EnvWorker rank 0 failed: ValueError: EnvWorker has no 'bogus' env config"):
         envs.interact(1, "bogus").wait()
+
+
+def _equal_states(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_training_stream_restores_from_a_checkpointed_state(workers):
+    """As the runner saves and resumes: get_rng_state -> torch.save -> weights-only load ->
+    set_rng_state. From the same env epochs the worker then draws the same tokens again, and
+    its stream ends where it did. The state names the CPU stream only: the logits are on the CPU."""
+    envs, rollouts, _ = workers
+    envs.release("eval").wait()  # at most 2 simulator processes at a time on the test box
+    buf = io.BytesIO()
+    torch.save(rollouts.get_rng_state().wait(), buf)
+    saved = torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
+    assert list(saved[0]) == ["cpu"]
+    env_state = envs.get_state().wait()
+    _, (first, _) = run_epoch(envs, rollouts)
+    after_first = rollouts.get_rng_state().wait()
+    assert not _equal_states(after_first[0], saved[0])  # the epoch sampled from the stream
+    rollouts.set_rng_state.each([(s,) for s in saved]).wait()
+    envs.set_state.each([(s,) for s in env_state]).wait()
+    _, (again, _) = run_epoch(envs, rollouts)
+    assert torch.equal(again.action_tokens, first.action_tokens)
+    assert _equal_states(rollouts.get_rng_state().wait()[0], after_first[0])
 
 
 def test_trajectory_orders_envs_by_env_rank_then_stage():

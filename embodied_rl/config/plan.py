@@ -11,6 +11,9 @@ keys left null for derivation and returns the process counts every worker group 
                                          (SFT needs it set: demo samples per optimizer step)
     actor.micro_batch_size: null     ->  each actor process's share of a minibatch (no accumulation):
                                          actor.global_batch_size / actor processes
+    rollout.gpu_memory_utilization:  ->  rollout.backend=vllm: GPU_MEMORY_SHARED / the most rollout +
+      null                               actor processes on one slot that holds a rollout worker
+                                         (vllm_memory_share)
 
 So a config that leaves them null runs on 2 CPU slots or on 64 GPUs alike, and one that sets
 them is checked against the machine here (see `config/rules.py`, `plan_check`).
@@ -25,6 +28,9 @@ from embodied_rl.distributed.placement import Placement, parse_component_placeme
 from embodied_rl.distributed.resources import Resources
 
 MODES = ("train", "eval")
+# Of a GPU's memory, what the model holders on it (vLLM engines, actor ranks) split evenly; the
+# rest is left to CUDA contexts, communication buffers and env workers' rendering.
+GPU_MEMORY_SHARED = 0.9
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,15 @@ def training_rl(cfg: RootConfig) -> bool:
     return not cfg.runner.only_eval and cfg.runner.paradigm == "rl"
 
 
+def vllm_memory_share(cfg: RootConfig, placement: Placement) -> float:
+    """Each vLLM engine's fraction of its GPU: GPU_MEMORY_SHARED split evenly among the rollout
+    workers and actor ranks (the groups this run starts) on the most crowded slot holding a
+    rollout worker; floored to 0.001 so the engines never ask for more than the split."""
+    holders = [placement[c].process_slots for c in components(cfg) if c in ("rollout", "actor")]
+    crowd = max(sum(slots.count(s) for slots in holders) for s in set(placement["rollout"].process_slots))
+    return max(0.001, math.floor(1000 * GPU_MEMORY_SHARED / crowd) / 1000)
+
+
 def plan_run(cfg: RootConfig, resources: Resources) -> RunPlan:
     """Parse the placement and fill the derived sizes of `cfg` in place (see module docstring)."""
     placement = parse_component_placement(
@@ -115,8 +130,10 @@ def plan_run(cfg: RootConfig, resources: Resources) -> RunPlan:
         a.global_batch_size = max(1, rollout_batch_size(cfg) // cfg.algorithm.n_minibatches)
     if a.micro_batch_size is None and "actor" in placement and a.global_batch_size is not None:
         a.micro_batch_size = max(1, a.global_batch_size // plan.actor_world_size)
+    if cfg.rollout.backend == "vllm" and cfg.rollout.gpu_memory_utilization is None:
+        cfg.rollout.gpu_memory_utilization = vllm_memory_share(cfg, placement)
     return plan
 
 
-__all__ = ["RunPlan", "chunk_steps_per_epoch", "components", "evaluates_after", "plan_run", "rollout_batch_size",
-           "saves_after", "training_rl", "used_modes"]
+__all__ = ["GPU_MEMORY_SHARED", "RunPlan", "chunk_steps_per_epoch", "components", "evaluates_after", "plan_run",
+           "rollout_batch_size", "saves_after", "training_rl", "used_modes", "vllm_memory_share"]

@@ -21,6 +21,7 @@ from embodied_rl.types import EnvObservation
 
 if TYPE_CHECKING:
     from embodied_rl.config.schema.model import ModelConfig
+    from embodied_rl.models.generators import GeneratorLike
 
 
 @dataclass
@@ -56,7 +57,7 @@ class BasePolicy(nn.Module):
 
     def predict(self, inputs: dict[str, torch.Tensor], *, do_sample: bool, temperature: float = 1.0, top_k: int = 0,
                 logprob_top_k: int | None = None, compute_values: bool = True,
-                generator: torch.Generator | None = None) -> PolicyOutput:
+                generator: GeneratorLike = None) -> PolicyOutput:
         """One forward pass producing a chunk of actions (call under torch.no_grad for rollouts);
         tokens drawn with `top_k`, their log-probs under `logprob_top_k` (None: the same)."""
         return self(inputs, mode="predict", do_sample=do_sample, temperature=temperature, top_k=top_k,

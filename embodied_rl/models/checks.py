@@ -1,5 +1,5 @@
 """Rules of the policy's files and engines: a registered model type, checkpoints at the model
-paths, presets, the rollout backend's support for the model type and config."""
+paths, presets, the rollout backend's support for the model type and config, the engine's GPU share."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -54,6 +54,21 @@ def _create_preset(cfg: RootConfig) -> None:
                 f"actor.model.create_preset: {key}={path} holds a checkpoint that is not the {preset.name} preset at "
                 f"{preset.image_size} px ({diff}); remove actor.model.create_preset to use it, or delete {path} to create the preset there"
             )
+
+
+@RULES.config_check
+def _gpu_memory_utilization(cfg: RootConfig) -> None:
+    """A fraction vLLM accepts, and only where an engine reads it (null: config/plan.py derives it)."""
+    r = cfg.rollout
+    share = r.gpu_memory_utilization
+    if share is None:
+        return
+    if isinstance(share, bool) or not 0 < share <= 1:
+        raise ConfigError(f"rollout.gpu_memory_utilization={share}: must be in (0, 1] (the fraction of its GPU a vLLM engine "
+                          "reserves), or null to derive an even share from cluster.component_placement")
+    if r.backend != "vllm":
+        raise ConfigError(f"rollout.gpu_memory_utilization={share} sizes a vLLM engine, but rollout.backend={r.backend}; "
+                          "remove it (set null) or set rollout.backend=vllm")
 
 
 @RULES.config_check

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from embodied_rl.config.schema import RootConfig
     from embodied_rl.config.schema.model import ModelConfig
     from embodied_rl.models.base import PolicyOutput
+    from embodied_rl.models.generators import GeneratorLike
     from embodied_rl.types import EnvObservation
 
 
@@ -32,7 +33,7 @@ class RolloutPolicy(Protocol):
 
     def predict(self, inputs: dict[str, torch.Tensor], *, do_sample: bool, temperature: float = 1.0, top_k: int = 0,
                 logprob_top_k: int | None = None, compute_values: bool = True,
-                generator: torch.Generator | None = None) -> PolicyOutput: ...
+                generator: GeneratorLike = None) -> PolicyOutput: ...
 
     def load_trainable_state_dict(self, sd: dict[str, torch.Tensor]) -> None: ...
 
@@ -45,7 +46,8 @@ class RolloutPolicy(Protocol):
     def close(self) -> None: ...
 
 
-Builder = Callable[["ModelConfig", torch.device, int], RolloutPolicy]
+# (model config, device, init_seed, rollout.gpu_memory_utilization) -> policy
+Builder = Callable[["ModelConfig", torch.device, int, "float | None"], RolloutPolicy]
 # (config key, predicate on the config, why the backend cannot honour it)
 Unsupported = tuple[str, Callable[["RootConfig"], bool], str]
 
@@ -74,16 +76,21 @@ class RolloutBackend:
             raise ConfigError(f"rollout.backend={name} needs {self.requires}, which is not installed: {self.install_hint}")
 
 
-def _build_huggingface(model_cfg: ModelConfig, device: torch.device, init_seed: int) -> RolloutPolicy:
+def _build_huggingface(model_cfg: ModelConfig, device: torch.device, init_seed: int,
+                       gpu_memory_utilization: float | None) -> RolloutPolicy:
     from embodied_rl.models.registry import build_policy
 
+    # gpu_memory_utilization sizes an engine; the config checks refuse it with this backend.
     # The value head acts only after the actor sent its own (training) or never (eval): no warning.
     return build_policy(model_cfg, device=device, warn_untrained_value_head=False, init_seed=init_seed).eval()
 
 
-def _build_vllm(model_cfg: ModelConfig, device: torch.device, init_seed: int) -> RolloutPolicy:
+def _build_vllm(model_cfg: ModelConfig, device: torch.device, init_seed: int,
+                gpu_memory_utilization: float | None) -> RolloutPolicy:
+    # The engine runs in model_cfg.precision (actor.model.precision), as the HF rollout does.
     module, cls = VLLM_ENGINES[model_cfg.model_type].split(":")
-    return getattr(importlib.import_module(module), cls)(model_cfg.model_path, model_cfg, init_seed=init_seed)
+    return getattr(importlib.import_module(module), cls)(model_cfg.model_path, model_cfg, init_seed=init_seed,
+                                                         gpu_memory_utilization=gpu_memory_utilization)
 
 
 VLLM_ENGINES = {"openvla_oft": "embodied_rl.models.openvla_oft.vllm.engine:VLLMOpenVLAOFT"}
@@ -98,8 +105,6 @@ ROLLOUT_BACKENDS: dict[str, RolloutBackend] = {
         unsupported=(
             ("actor.model.attention_mode=causal", lambda c: c.actor.model.attention_mode != "bidirectional",
              "the engine runs OFT's bidirectional pass only"),
-            ("actor.model.precision=bf16/fp16", lambda c: c.actor.model.precision != "fp32",
-             "the engine runs fp32 only, the precision its equality with the huggingface backend is tested at"),
             ("rollout.enable_offload=true", lambda c: c.rollout.enable_offload,
              "vLLM's sleep mode exists on GPUs only and this engine is built and tested on CPU"),
         ),
@@ -113,6 +118,8 @@ def rollout_backend(name: str) -> RolloutBackend:
     return ROLLOUT_BACKENDS[name]
 
 
-def build_rollout_policy(backend: str, model_cfg: ModelConfig, *, device: torch.device, init_seed: int = 0) -> RolloutPolicy:
-    """The policy `rollout.backend` serves for `model_cfg` (init_seed: weights the checkpoint lacks)."""
-    return rollout_backend(backend).build(model_cfg, device, init_seed)
+def build_rollout_policy(backend: str, model_cfg: ModelConfig, *, device: torch.device, init_seed: int = 0,
+                         gpu_memory_utilization: float | None = None) -> RolloutPolicy:
+    """The policy `rollout.backend` serves for `model_cfg` (init_seed: weights the checkpoint lacks;
+    gpu_memory_utilization: an engine's share of its GPU, rollout.gpu_memory_utilization)."""
+    return rollout_backend(backend).build(model_cfg, device, init_seed, gpu_memory_utilization)

@@ -146,7 +146,8 @@ def rollout_worker_kwargs(cfg: RootConfig, num_env_workers: int) -> dict[str, An
     return {"num_env_workers": num_env_workers, "pipeline_stage_num": cfg.rollout.pipeline_stage_num,
             "sampling": sampling_specs(cfg), "compute_values": cfg.algorithm.uses_critic,
             "enable_offload": cfg.rollout.enable_offload, "seed": cfg.runner.seed,
-            "compute_ref_logprobs": needs_reference(cfg), "backend": cfg.rollout.backend}
+            "compute_ref_logprobs": needs_reference(cfg), "backend": cfg.rollout.backend,
+            "gpu_memory_utilization": cfg.rollout.gpu_memory_utilization}
 
 
 def shared_paths(cfg: RootConfig, *, with_actor: bool) -> tuple[dict[str, str], dict[str, str]]:

@@ -9,7 +9,9 @@ trajectory (see `Trajectory` in workers/protocol.py), which `generate` returns t
 Evaluation epochs act with one of the eval sampling specs (a scoring: "greedy" or "sampled");
 a sampled one draws from a generator seeded by (seed, rank, eval epoch) at the start of the
 epoch, so every evaluation of the same weights on the same states draws the same tokens, and
-evaluations never consume the training stream (`get_rng_state`).
+evaluations never consume the training stream (`get_rng_state`). Both are DeviceGenerators
+(models/generators.py): a draw uses the generator on the device of the logits, which is the
+worker's device for the huggingface backend and the CPU for vllm.
 
 `enable_offload` moves the model to CPU between rollouts; it needs a GPU (on CPU the model is
 already in host memory, so the config checks reject the key rather than let it be ignored).
@@ -26,6 +28,7 @@ import torch
 from embodied_rl.config.schema.model import ModelConfig
 from embodied_rl.distributed.channel import Channel
 from embodied_rl.distributed.placement import rollout_rank_of
+from embodied_rl.models.generators import DeviceGenerators
 from embodied_rl.timing import Timer
 from embodied_rl.types import EnvObservation
 from embodied_rl.workers.protocol import (
@@ -56,22 +59,25 @@ class RolloutWorker:
         seed: int = 0,
         compute_ref_logprobs: bool = False,
         backend: str = "huggingface",
+        gpu_memory_utilization: float | None = None,
     ):
         from embodied_rl.models.reference import build_kl_reference
         from embodied_rl.models.rollout_backends import build_rollout_policy
 
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.model_cfg, self.seed, self.backend = model_cfg, seed, backend
+        self.gpu_memory_utilization = gpu_memory_utilization
         self.rank, self.wiring, self.stages = rank, ChannelWiring.of(wiring), pipeline_stage_num
         wiring = self.wiring
         self.env_ranks = [e for e in range(num_env_workers) if rollout_rank_of(e, num_env_workers, world_size) == rank]
         self.sampling, self.compute_values, self.enable_offload = sampling, compute_values, enable_offload
         # Same init_seed on every rollout worker: weights the checkpoint lacks agree across workers.
-        self.policy = build_rollout_policy(backend, model_cfg, device=self.device, init_seed=seed)
+        self.policy = build_rollout_policy(backend, model_cfg, device=self.device, init_seed=seed,
+                                           gpu_memory_utilization=gpu_memory_utilization)
         # The KL reference is the policy as loaded, built before any weight sync (which it never follows).
         self.kl_reference = build_kl_reference(self.policy, model_cfg, self.device, init_seed=seed) if compute_ref_logprobs else None
         self.version = 0
-        self.generator = torch.Generator(device=self.device).manual_seed(seed * 1000 + rank)
+        self.generators = DeviceGenerators(seed * 1000 + rank)
         for s in range(self.stages):
             wiring.obs.register_consumer(obs_key(wiring.obs_queue, rank, s))  # before env workers send: shared memory
         if enable_offload:
@@ -93,7 +99,7 @@ class RolloutWorker:
         `trajectory_key(wiring.trajectory_queue, rank)` (shared memory on one host, for the
         actor side to `get`) and return None in its place.
         mode "eval" keeps no trajectory (returns None) and acts with the sampling spec named
-        `scoring`; a sampling one draws from eval_generator(eval_epoch)."""
+        `scoring`; a sampling one draws from eval_generators(eval_epoch)."""
         if mode not in ("train", "eval"):
             raise ValueError(f"RolloutWorker: unknown mode {mode!r}; valid: train, eval")
         name = "train" if mode == "train" else scoring
@@ -102,7 +108,7 @@ class RolloutWorker:
         if self.enable_offload:
             self.onload()
         spec, keep = self.sampling[name], mode == "train"
-        generator = self.generator if keep else self.eval_generator(eval_epoch)
+        generator = self.generators if keep else self.eval_generators(eval_epoch)
         rec: list[dict[str, list]] = [defaultdict(list) for _ in range(self.stages)]
         timer = Timer("infer", "wait_obs")
         for t in range(n_chunk_steps + 1):
@@ -127,7 +133,7 @@ class RolloutWorker:
         return None, metrics
 
     def _act(self, rec: dict, msgs: list[EnvStepMessage], s: int, t: int, n_chunk_steps: int, spec: SamplingSpec,
-             keep: bool, generator: torch.Generator | None) -> None:
+             keep: bool, generator: DeviceGenerators) -> None:
         """Record the outcome of chunk step t - 1 of stage s, then answer its observation with
         actions (or, after the last chunk step, compute the values GAE bootstraps from)."""
         final_values = self._record_outcome(rec, msgs) if t > 0 and keep else None
@@ -250,11 +256,10 @@ class RolloutWorker:
         if self.kl_reference is not None:
             self.kl_reference.to(self.device)
 
-    def eval_generator(self, eval_epoch: int) -> torch.Generator:
-        """A fresh generator for epoch `eval_epoch` of an evaluation: seeded by (seed, rank, epoch)
+    def eval_generators(self, eval_epoch: int) -> DeviceGenerators:
+        """Fresh generators for epoch `eval_epoch` of an evaluation: seeded by (seed, rank, epoch)
         only, so every evaluation (and both policies of a comparison) draw the same numbers."""
-        seed = int(np.random.SeedSequence([self.seed, self.rank, eval_epoch, 0xE7A1]).generate_state(1)[0])
-        return torch.Generator(device=self.device).manual_seed(seed)
+        return DeviceGenerators(int(np.random.SeedSequence([self.seed, self.rank, eval_epoch, 0xE7A1]).generate_state(1)[0]))
 
     def load_policy(self, model_path: str) -> int:
         """Rebuild the policy from the checkpoint at model_path (actor.model settings otherwise
@@ -264,15 +269,18 @@ class RolloutWorker:
 
         cfg = dataclasses.replace(self.model_cfg, model_path=model_path)
         self.policy.close()  # an engine frees its memory before the next one starts
-        self.policy = build_rollout_policy(self.backend, cfg, device=self.device, init_seed=self.seed)
+        self.policy = build_rollout_policy(self.backend, cfg, device=self.device, init_seed=self.seed,
+                                           gpu_memory_utilization=self.gpu_memory_utilization)
         self.version = 0
         return self.version
 
-    def get_rng_state(self) -> torch.Tensor:
-        return self.generator.get_state()
+    def get_rng_state(self) -> dict[str, torch.Tensor]:
+        """The training stream of every device sampled on: {device: generator state}."""
+        return self.generators.get_state()
 
-    def set_rng_state(self, state: torch.Tensor) -> None:
-        self.generator.set_state(state)
+    def set_rng_state(self, state: dict[str, torch.Tensor] | torch.Tensor) -> None:
+        """Restore get_rng_state()'s streams, each on its own device only (see DeviceGenerators)."""
+        self.generators.set_state(state)
 
     def close(self) -> None:
         self.policy.close()

@@ -87,9 +87,10 @@ class RolloutConfig:
     channel: ChannelConfig = field(
         default_factory=lambda: ChannelConfig(name="${env.channel.name}", queue_name="action_buffer"),
     )
-    backend: Literal["huggingface", "vllm"] = field(default="huggingface", metadata={"help": "Inference engine of the rollout workers (models/rollout_backends.py): huggingface (batched torch forward of the policy) | vllm (OpenVLA-OFT in a vLLM engine: fp32, bidirectional attention, no offload; install with `bash scripts/setup.sh --vllm`)."})
+    backend: Literal["huggingface", "vllm"] = field(default="huggingface", metadata={"help": "Inference engine of the rollout workers (models/rollout_backends.py): huggingface (batched torch forward of the policy) | vllm (OpenVLA-OFT in a vLLM engine, in actor.model.precision as the huggingface backend: bidirectional attention, no offload; install with `bash scripts/setup.sh --vllm`)."})
     pipeline_stage_num: int = field(default=1, metadata={"help": "Env sub-batches per worker that alternate between stepping and inference; 2 overlaps env stepping with policy inference, 1 = no overlap."})
     enable_offload: bool = field(default=False, metadata={"help": "Move the rollout model off the accelerator while the actor trains (collocated placement)."})
+    gpu_memory_utilization: float | None = field(default=None, metadata={"help": "rollout.backend=vllm: fraction in (0, 1] of its GPU's memory each vLLM engine reserves (vLLM's gpu_memory_utilization; the engine refuses to start unless that much is free). null = derived from cluster.component_placement: 0.9 split evenly among the rollout workers and actor ranks on the most crowded GPU that holds an engine (0.9 alone, 0.45 beside an actor rank; the rest is left to CUDA contexts and env workers: set it lower beside a GPU simulator). vLLM's CPU build sizes its cache by VLLM_CPU_KVCACHE_SPACE instead. Refused with rollout.backend=huggingface."})
     model: RolloutModelConfig = field(default_factory=RolloutModelConfig)
 
 

@@ -15,6 +15,7 @@ from transformers import PreTrainedTokenizerFast
 
 from embodied_rl.errors import CheckpointError, ConfigError
 from embodied_rl.models.base import BasePolicy, PolicyOutput
+from embodied_rl.models.generators import GeneratorLike
 from embodied_rl.models.openvla_oft import checkpoint as ckpt
 from embodied_rl.models.openvla_oft import lora
 from embodied_rl.models.openvla_oft import sampling as S
@@ -202,7 +203,7 @@ class OpenVLAOFTPolicy(BasePolicy):
 
     def _predict(self, inputs: dict[str, torch.Tensor], *, do_sample: bool, temperature: float, top_k: int,
                  logprob_top_k: int | None = None, compute_values: bool = True,
-                 generator: torch.Generator | None = None) -> PolicyOutput:
+                 generator: GeneratorLike = None) -> PolicyOutput:
         logits, values = self._logits_and_values(inputs, compute_values)
         tokens, logprobs, entropy = S.sample_and_score(logits, do_sample=do_sample, temperature=temperature, top_k=top_k,
                                                        logprob_top_k=logprob_top_k, generator=generator)

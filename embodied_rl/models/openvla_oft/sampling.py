@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from embodied_rl.models.generators import GeneratorLike, generator_for
+
 
 def process_logits(logits: torch.Tensor, temperature: float, top_k: int) -> torch.Tensor:
     """[B, T, K] -> float32 [B, T, K]: divide by temperature, keep the top_k largest (top_k <= 0: all)."""
@@ -20,12 +22,13 @@ def process_logits(logits: torch.Tensor, temperature: float, top_k: int) -> torc
     return x
 
 
-def sample_tokens(processed: torch.Tensor, do_sample: bool, generator: torch.Generator | None = None) -> torch.Tensor:
-    """[B, T, K] processed logits -> int64 [B, T]: multinomial draw, or argmax when not sampling."""
+def sample_tokens(processed: torch.Tensor, do_sample: bool, generator: GeneratorLike = None) -> torch.Tensor:
+    """[B, T, K] processed logits -> int64 [B, T]: multinomial draw, or argmax when not sampling.
+    The draw uses the generator on the logits' device (models/generators.py)."""
     if not do_sample:
         return processed.argmax(dim=-1)
     probs = torch.softmax(processed, dim=-1)
-    flat = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=generator)
+    flat = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=generator_for(generator, probs.device))
     return flat.reshape(probs.shape[:-1])
 
 
@@ -35,7 +38,7 @@ def token_logprobs(processed: torch.Tensor, tokens: torch.Tensor) -> torch.Tenso
 
 
 def sample_and_score(logits: torch.Tensor, *, do_sample: bool, temperature: float, top_k: int, logprob_top_k: int | None,
-                     generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                     generator: GeneratorLike = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """[B, T, K] logits -> (tokens int64 [B, T], logprobs [B, T], entropy [B, T]): tokens drawn
     with `top_k`, scored under `logprob_top_k` (None: the same policy they were drawn from)."""
     processed = process_logits(logits, temperature, top_k)

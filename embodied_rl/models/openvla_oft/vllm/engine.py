@@ -6,6 +6,11 @@ Everything around that pass is the HF policy's own code: prompt and image proces
 proprio projector, the value head, sampling / log-probs / entropy (sampling.py) and action
 de-tokenisation. They come from an OpenVLAOFTPolicy built on the meta device (its core
 weights never materialise; the small heads load from the checkpoint).
+
+The engine and the heads run in `actor.model.precision`, the dtype the HF rollout policy is
+loaded in; the logits are sampled in fp32 as there. `gpu_memory_utilization` is the engine's
+share of its GPU (rollout.gpu_memory_utilization, which config/plan.py derives when null).
+vLLM's CPU build sizes its cache by VLLM_CPU_KVCACHE_SPACE (engine_env) instead.
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ import torch
 
 from embodied_rl.errors import ConfigError
 from embodied_rl.models.base import PolicyOutput
+from embodied_rl.models.generators import GeneratorLike
 from embodied_rl.models.openvla_oft import checkpoint as ckpt
 from embodied_rl.models.openvla_oft import lora
 from embodied_rl.models.openvla_oft import sampling as S
@@ -33,6 +39,7 @@ from embodied_rl.models.openvla_oft.components import (
 from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
 from embodied_rl.models.openvla_oft.policy import OpenVLAOFTPolicy
 from embodied_rl.models.openvla_oft.vllm import layout
+from embodied_rl.models.registry import PRECISION_DTYPES
 
 CORE_PREFIX = "vla."
 # vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process (its threads
@@ -51,7 +58,8 @@ def engine_env(num_threads: int) -> dict[str, str]:
 
 
 def _host_policy(path: Path, model_cfg: OpenVLAOFTConfig, init_seed: int) -> OpenVLAOFTPolicy:
-    """The HF policy without its core weights: processors, statistics, value head, proprio projector.
+    """The HF policy without its core weights: processors, statistics, value head, proprio projector
+    (in model_cfg.precision, as the HF policy's).
 
     Under LoRA the whole policy instead: folding the adapters into the engine's weights needs the
     base weights they apply to (one more copy of the core in host memory)."""
@@ -69,6 +77,9 @@ def _host_policy(path: Path, model_cfg: OpenVLAOFTConfig, init_seed: int) -> Ope
         host = OpenVLAOFTPolicy(model_cfg, arch, tokenizer, load_dataset_statistics(path), checkpoint_norm_stats(path))
     embedded = _embedded_value_head(path)
     load_components(host.components(), path, {VALUE_HEAD: embedded} if embedded else {}, False, init_seed)
+    for module in host.components().values():
+        if module is not None:
+            module.to(PRECISION_DTYPES[model_cfg.precision])
     return host
 
 
@@ -91,15 +102,16 @@ def _embedded_value_head(path: Path) -> dict[str, torch.Tensor]:
 
 
 class VLLMOpenVLAOFT:
-    """Rollout-side OpenVLA-OFT policy served by vLLM (CPU, fp32, in-process engine)."""
+    """Rollout-side OpenVLA-OFT policy served by vLLM (in-process engine, in model_cfg.precision)."""
 
     def __init__(self, model_path: str | Path, model_cfg: OpenVLAOFTConfig, *, attention: str = "auto",
                  max_num_seqs: int = 64, num_threads: int | None = None, init_seed: int = 0,
-                 work_dir: str | Path | None = None) -> None:
+                 work_dir: str | Path | None = None, gpu_memory_utilization: float | None = None) -> None:
         if model_cfg.attention_mode != "bidirectional":
             raise ConfigError("rollout.backend=vllm runs OFT's bidirectional pass only; use attention_mode=bidirectional or the huggingface backend")
         path = Path(model_path)
         self.model_cfg = model_cfg
+        self.dtype = PRECISION_DTYPES[model_cfg.precision]
         self.host = _host_policy(path, model_cfg, init_seed)
         arch = self.host.arch
         self.image_id, self.action_id = layout.placeholder_ids(arch)
@@ -115,7 +127,7 @@ class VLLMOpenVLAOFT:
         engine_dir = layout.write_engine_dir(path, work_dir or self._tmp.name, config)
         seq_len = layout.sequence_length(arch, model_cfg.num_images_in_input, num_extra, model_cfg.max_prompt_length,
                                          model_cfg.num_action_tokens, model_cfg.append_stop_token)
-        self.llm = _start_engine(engine_dir, seq_len, max_num_seqs, num_threads)
+        self.llm = _start_engine(engine_dir, seq_len, max_num_seqs, num_threads, self.dtype, gpu_memory_utilization)
         self.hidden_size = hidden
         self.weight_version = 0
         if model_cfg.is_lora and self.host.loaded_adapters:
@@ -133,7 +145,7 @@ class VLLMOpenVLAOFT:
         extra = None
         if self.host.proprio_projector is not None:
             with torch.no_grad():
-                extra = self.host.proprio_projector(inputs["proprio"].cpu().float()).unsqueeze(1)
+                extra = self.host.proprio_projector(inputs["proprio"].cpu().to(self.dtype)).unsqueeze(1)
         requests = []
         for b in range(pixels.shape[0]):
             ids = inputs["input_ids"][b][inputs["attention_mask"][b].bool()].tolist()
@@ -154,11 +166,11 @@ class VLLMOpenVLAOFT:
     @torch.no_grad()
     def predict(self, inputs: dict[str, torch.Tensor], *, do_sample: bool = True, temperature: float = 1.0, top_k: int = 0,
                 logprob_top_k: int | None = None, compute_values: bool = True,
-                generator: torch.Generator | None = None) -> PolicyOutput:
+                generator: GeneratorLike = None) -> PolicyOutput:
         logits, hidden = self.logits_and_hidden(inputs)
         values = None
         if compute_values and self.host.value_head is not None:
-            values = self.host.critic_values(hidden, inputs)
+            values = self.host.critic_values(hidden.to(self.dtype), inputs)
         tokens, logprobs, entropy = S.sample_and_score(logits, do_sample=do_sample, temperature=temperature, top_k=top_k,
                                                        logprob_top_k=logprob_top_k, generator=generator)
         cfg = self.model_cfg
@@ -222,7 +234,8 @@ class VLLMOpenVLAOFT:
             self._tmp = None
 
 
-def _start_engine(engine_dir: Path, seq_len: int, max_num_seqs: int, num_threads: int | None) -> Any:
+def _start_engine(engine_dir: Path, seq_len: int, max_num_seqs: int, num_threads: int | None, dtype: torch.dtype,
+                  gpu_memory_utilization: float | None) -> Any:
     # An OMP_NUM_THREADS already in the environment wins over the default (all cores).
     threads = num_threads or int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
     os.environ.update(engine_env(threads))
@@ -231,6 +244,8 @@ def _start_engine(engine_dir: Path, seq_len: int, max_num_seqs: int, num_threads
     from embodied_rl.models.openvla_oft.vllm import register
 
     register()
-    return LLM(model=str(engine_dir), runner="pooling", skip_tokenizer_init=True, dtype="float32", seed=0,
+    # Without a share, vLLM's own default (0.92 of the device) applies.
+    share = {} if gpu_memory_utilization is None else {"gpu_memory_utilization": gpu_memory_utilization}
+    return LLM(model=str(engine_dir), runner="pooling", skip_tokenizer_init=True, dtype=dtype, seed=0,
                max_model_len=seq_len, max_num_seqs=max_num_seqs, max_num_batched_tokens=seq_len * max_num_seqs,
-               enable_mm_embeds=True, limit_mm_per_prompt={"image": 1}, enforce_eager=True)
+               enable_mm_embeds=True, limit_mm_per_prompt={"image": 1}, enforce_eager=True, **share)
