@@ -11,7 +11,8 @@ Checks, in order (each builds on the model the first one writes):
   packages     what is installed; the checks that need a missing package say so and skip
   forward      the tiny preset in bf16 on the device against fp32 on the CPU: log-probs of the
                same tokens and greedy tokens agree; a backward leaves finite gradients
-  sampling     sampled tokens from the device's logits with a seeded generator: reproducible
+  sampling     one worker's per-device generators sample the device's logits and CPU logits (a
+               vLLM engine's) alike; a restored state repeats both streams
   ppo_update   ActorWorker (FSDP2, one rank, the device's process group) runs two PPO training
                steps on a rollout batch made by the policy: finite metrics, weights moved
   sft_step     three SFT steps of the same worker on synthetic demo samples: the NLL falls
@@ -121,19 +122,33 @@ class Smoke:
         return f"bf16 vs fp32 CPU: greedy tokens agree {agree:.3f}, |d logprob| mean {diff.mean():.4f} max {diff.max():.4f}; {len(grads)} finite grads"
 
     def sampling(self) -> str:
-        policy = build_policy(self.model_cfg("bf16"), device=self.device, dtype=torch.bfloat16, warn_untrained_value_head=False).eval()
-        inputs = {k: v.to(self.device) for k, v in policy.prepare_inputs(self.observations(8)).items()}
+        """One worker's DeviceGenerators serves logits on the device (the HF policy) and on the CPU
+        (what a vLLM engine returns), and its saved state replays both streams."""
+        from embodied_rl.models.generators import DeviceGenerators
 
-        def draw(seed: int) -> torch.Tensor:
-            gen = torch.Generator(device=self.device).manual_seed(seed)
+        on_device = build_policy(self.model_cfg("bf16"), device=self.device, dtype=torch.bfloat16, warn_untrained_value_head=False).eval()
+        on_cpu = build_policy(self.model_cfg("fp32"), device="cpu", dtype=torch.float32, warn_untrained_value_head=False).eval()
+        obs = self.observations(8)
+        inputs = {k: v.to(self.device) for k, v in on_device.prepare_inputs(obs).items()}
+        cpu_inputs = on_cpu.prepare_inputs(obs)
+
+        def draw(gens: DeviceGenerators) -> tuple[torch.Tensor, torch.Tensor]:
             with torch.no_grad():
-                return policy.predict(inputs, do_sample=True, temperature=1.0, top_k=3, compute_values=False,
-                                      generator=gen).action_tokens.cpu()
+                kw = {"do_sample": True, "temperature": 1.0, "top_k": 3, "compute_values": False, "generator": gens}
+                return on_device.predict(inputs, **kw).action_tokens.cpu(), on_cpu.predict(cpu_inputs, **kw).action_tokens
 
-        a, b, c = draw(1), draw(1), draw(2)
-        if not torch.equal(a, b):
-            raise AssertionError("the same seed drew different tokens")
-        return f"seeded draws repeat; another seed differs on {(a != c).float().mean().item():.3f} of tokens"
+        gens = DeviceGenerators(seed=1)
+        draw(gens)  # makes the generators; a device never sampled on has no state to save
+        state = gens.get_state()
+        first = draw(gens)
+        restored = DeviceGenerators(seed=99)
+        restored.set_state(state)
+        again, other = draw(restored), draw(DeviceGenerators(seed=2))
+        if not all(torch.equal(a, b) for a, b in zip(first, again)):
+            raise AssertionError("a restored generator state drew other tokens")
+        devices = sorted(gens.get_state())
+        return (f"one generator set sampled on {', '.join(devices)}; a restored state repeats both streams; "
+                f"another seed differs on {(first[0] != other[0]).float().mean().item():.3f} of tokens")
 
     def ppo_update(self) -> str:
         from embodied_rl.workers.actor import fsdp
