@@ -11,7 +11,7 @@ Three phases, run one after the other so at most 2 simulator processes exist at 
 loop / env isolates the cost of the workers and channels; env / raw is the env layer's.
 Kept in its own file because overhead.py's case registry is per simulator (env layer only).
 
-    python benchmarks/overhead_rollout.py [--envs 2] [--chunk-steps 20] [--rounds 2]
+    python benchmarks/overhead_rollout.py [--task PickCube-v1] [--envs 2] [--chunk-steps 20] [--rounds 2]
 """
 from __future__ import annotations
 
@@ -56,6 +56,7 @@ def main() -> None:
     ap.add_argument("--chunk-steps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--size", type=int, default=64)
+    ap.add_argument("--task", default="PickCube-v1", help="ManiSkill task id (PushCube-v1: the main job's task)")
     args = ap.parse_args()
     configure_process_env()
     # Ray starts workers with OMP_NUM_THREADS=1 and their simulator processes inherit it; give
@@ -65,11 +66,11 @@ def main() -> None:
 
     env_cfg = EnvConfig(env_type="maniskill", task_description="pick up the red cube", total_num_envs=args.envs,
                         max_episode_steps=(args.chunk_steps + 1) * C, auto_reset=True,
-                        init_params={"id": "PickCube-v1", "camera_heights": args.size, "camera_widths": args.size})
+                        init_params={"id": args.task, "camera_heights": args.size, "camera_widths": args.size})
     steps = args.chunk_steps * C
     times = {"raw": measure_raw(overhead, args, steps), "env": measure_env(env_cfg, args), "loop": measure_loop(env_cfg, args)}
     frames = args.rounds * steps * args.envs
-    print(f"{args.envs} envs, {args.size}px, {args.chunk_steps} chunk steps x {args.rounds} rounds (total per phase)")
+    print(f"{args.task}, {args.envs} envs, {args.size}px, {args.chunk_steps} chunk steps x {args.rounds} rounds (total per phase)")
     for name, t in times.items():
         print(f"  {name:5s} {frames / t:8.1f} frames/s")
     print(f"ratio full loop / raw simulator:         {times['raw'] / times['loop']:.3f}  (goal >= 0.95)")
@@ -78,7 +79,7 @@ def main() -> None:
 
 
 def measure_raw(overhead, args, steps: int) -> float:
-    raw = overhead._maniskill_raw(argparse.Namespace(task=None, size=args.size), args.envs)
+    raw = overhead._maniskill_raw(argparse.Namespace(task=args.task, size=args.size), args.envs)
     raw.step(C)
     t0 = time.perf_counter()
     for _ in range(args.rounds):
