@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Install a private software Vulkan driver (Mesa lavapipe) so SAPIEN/ManiSkill3 can render on
-# a machine without a GPU Vulkan driver.
+# the CPU (render_backend: cpu), on machines with or without a GPU Vulkan driver.
 #
 # Why: SAPIEN needs a Vulkan device even for state observations, and Debian bookworm's own
 # lavapipe (Mesa 22.3) lacks descriptorBindingPartiallyBound, which SAPIEN requires. The
 # bookworm-backports build (Mesa 25.0.x) works. We fetch it with a *private* apt state and
 # sources directory (the system apt configuration is never touched), unpack it with
 # `dpkg -x` into $EMBODIED_RL_HOME/vulkan and write an ICD json with the absolute library
-# path. Processes then need only VK_ICD_FILENAMES=<that json>.
+# path. Processes then need only VK_ICD_FILENAMES=<that json> (embodied_rl/process_env.py lists
+# it beside a GPU node's own drivers).
 #
-# Idempotent: quiet and fast when already installed. Skips when a GPU Vulkan ICD exists.
+# Idempotent: quiet and fast when already installed. Installed beside a GPU Vulkan driver too:
+# configs rendering with render_backend cpu need it there as well.
 # Usage: scripts/install_vulkan.sh [--force] [--print-icd]
-#   --force      reinstall even if present (and even if a GPU ICD exists)
+#   --force      reinstall even if present
 #   --print-icd  print the ICD json path on stdout when done (for scripts)
 # Env: EMBODIED_RL_HOME (default ~/.cache/embodied_rl), EMBODIED_RL_DEBIAN_MIRROR
 #      (default http://deb.debian.org/debian).
@@ -47,20 +49,6 @@ done_ok() {
 if [[ $FORCE -eq 0 && -f "$ICD_JSON" ]]; then
   lib=$(sed -n 's/.*"library_path": *"\([^"]*\)".*/\1/p' "$ICD_JSON")
   if [[ -n "$lib" && -f "$lib" ]]; then done_ok; fi
-fi
-
-# A hardware Vulkan driver (NVIDIA, AMD, Intel) is better than lavapipe: leave it alone.
-if [[ $FORCE -eq 0 ]]; then
-  for d in /usr/share/vulkan/icd.d /etc/vulkan/icd.d /usr/local/share/vulkan/icd.d; do
-    [[ -d "$d" ]] || continue
-    for f in "$d"/*.json; do
-      [[ -e "$f" ]] || continue
-      case "$(basename "$f")" in
-        lvp_icd*|*lavapipe*|*swiftshader*) ;;  # software drivers don't count
-        *) log "GPU Vulkan driver found ($f); not installing software Vulkan"; exit 0 ;;
-      esac
-    done
-  done
 fi
 
 command -v apt-get >/dev/null || die "apt-get not found; this installer needs Debian 12 (bookworm). Install Mesa >= 24 lavapipe yourself and set VK_ICD_FILENAMES."

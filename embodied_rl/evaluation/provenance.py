@@ -28,11 +28,9 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _vulkan_icd(path: str | None) -> dict[str, Any] | None:
-    """The Vulkan ICD SAPIEN renders with (VK_ICD_FILENAMES), with the driver package when the
+def _vulkan_icd(path: str) -> dict[str, Any]:
+    """A Vulkan ICD SAPIEN may render with (VK_ICD_FILENAMES), with the driver package when the
     set-up script installed it privately (its VERSION file names the Debian package file)."""
-    if not path:
-        return None
     icd: dict[str, Any] = {"file": path}
     try:
         icd.update(json.loads(Path(path).read_text()).get("ICD", {}))
@@ -42,6 +40,13 @@ def _vulkan_icd(path: str | None) -> dict[str, Any] | None:
     if version_file.is_file():
         icd["package"] = version_file.read_text().strip()
     return icd
+
+
+def _vulkan_icds(value: str | None) -> dict[str, Any] | list[dict[str, Any]] | None:
+    """One ICD's facts, or a list of them where VK_ICD_FILENAMES lists several (a GPU node lists
+    its GPU drivers beside the software one)."""
+    icds = [_vulkan_icd(path) for path in (value or "").split(":") if path]
+    return None if not icds else icds[0] if len(icds) == 1 else icds
 
 
 def _debian_versions(names: tuple[str, ...]) -> dict[str, str]:
@@ -58,7 +63,7 @@ def simulator_facts() -> dict[str, Any]:
     return {
         "packages": {name: _version(name) for name in PACKAGES},
         "render": {
-            "vulkan_icd": _vulkan_icd(os.environ.get("VK_ICD_FILENAMES")),
+            "vulkan_icd": _vulkan_icds(os.environ.get("VK_ICD_FILENAMES")),
             "MUJOCO_GL": os.environ.get("MUJOCO_GL"),
             "mesa": _debian_versions(MESA_PACKAGES),
         },

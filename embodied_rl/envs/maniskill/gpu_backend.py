@@ -1,14 +1,16 @@
 """ManiSkill3 GPU sim: all N sub-envs batched in one process (`sim_backend: gpu`, needs CUDA).
 
 ManiSkill's GPU sim steps every parallel env at once, so sub-envs that are done (auto_reset off)
-are stepped with zero actions and their rows keep the last observation. Partial resets use
-`options={"env_idx": ...}` with a full-length seed list (ManiSkill re-seeds the episode RNG of
-all envs from that list; only the reset envs are re-initialised, the others keep their state).
+are stepped with zero actions and their rows keep the last observation.
+
+Resets go one sub-env at a time, so that a sub-env's initial state follows its reset id alone
+(see `_reset_seeds`); each call renders every sub-env's observation once, so resetting k
+sub-envs costs k batched renders.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -30,14 +32,16 @@ from embodied_rl.types import EnvObservation
 class ManiSkillGPUBackend(SimulatorBackend):
     params_cls: ClassVar[type] = ManiSkillParams
 
-    def __init__(self, cfg: EnvConfig, params: ManiSkillParams, num_envs: int, *, seed: int) -> None:
+    def __init__(self, cfg: EnvConfig, params: ManiSkillParams, num_envs: int, *, seed: int, env: Any = None) -> None:
+        """`env`: the batched ManiSkill env, when the caller built it (a CUDA-less test passes a
+        stand-in with the same reset API); None builds it from `params`."""
         import torch
 
-        if not torch.cuda.is_available():
+        if env is None and not torch.cuda.is_available():
             raise ConfigError("env.init_params.sim_backend='gpu' needs CUDA, which is not available here; use 'cpu'")
         self.num_envs, self.params = num_envs, params
         self.instruction = instruction_of(cfg, params)
-        self.env = make_gym_env(params, num_envs=num_envs)
+        self.env = make_gym_env(params, num_envs=num_envs) if env is None else env
         self.main_cam, self.wrist_cam = camera_names(self.env, params)
         check_goal_state(self.env, params)
         self._action_dim = int(self.env.action_space.shape[-1])
@@ -73,15 +77,28 @@ class ManiSkillGPUBackend(SimulatorBackend):
             self._seeds[i] = int(rid)
         if self._first_reset and len(ids) != self.num_envs:
             raise RuntimeError("the first reset of the ManiSkill GPU sim must reset all sub-envs")
-        options = {} if len(ids) == self.num_envs else {"env_idx": torch.tensor(ids, device=self.env.unwrapped.device)}
-        obs, _ = self.env.reset(seed=list(self._seeds), options=options)
+        obs: dict = {}
+        for i in ids:
+            env_idx = torch.tensor([i], device=self.env.unwrapped.device)
+            obs, _ = self.env.reset(seed=self._reset_seeds(i), options={"env_idx": env_idx})
         self._first_reset = False
-        full = self._convert(obs)
+        full = self._convert(obs)  # the last call's observation holds every reset sub-env's row
         if self._obs is None:
             self._obs = full
         else:
             self._obs.set_rows(ids, full.rows(ids))
         return full.rows(ids)
+
+    def _reset_seeds(self, env_index: int) -> list[int]:
+        """The seed list of a reset of sub-env `env_index` alone: every sub-env's own seed, with
+        the reset one's also first. ManiSkill 3.0 seeds a reset's torch draws and `_episode_rng`
+        from the list's first entry whatever `env_idx` holds, and a batched draw hands rows out
+        by position; a reset of one sub-env with its seed first draws what its seed alone gives,
+        seeded as the CPU sim's `reset(seed=id)` is. Only that sub-env is re-initialised; the
+        list also re-seeds the per-env numpy RNGs, which tasks read only while initialising."""
+        seeds = list(self._seeds)
+        seeds[0] = seeds[env_index]
+        return seeds
 
     def step(self, actions: np.ndarray, env_ids: Sequence[int] | None = None, render: bool = True) -> BackendStep:
         import torch

@@ -86,7 +86,7 @@ class ManiSkillParams:
     obs_mode: Literal["rgb"] = field(default="rgb", metadata={"help": "Observation mode; only `rgb` (camera images + proprio state) is supported."})
     control_mode: str = field(default="pd_ee_delta_pose", metadata={"help": "Controller: pd_ee_delta_pose (normalised ±1 = ±0.1 m / ±0.1 rad, gripper -1 closed, +1 open) or another ManiSkill control mode."})
     sim_backend: Literal["cpu", "gpu"] = field(default="cpu", metadata={"help": "cpu: one process per sub-env; gpu: all sub-envs batched in one GPU process (needs CUDA)."})
-    render_backend: Literal["cpu", "gpu"] = field(default="cpu", metadata={"help": "SAPIEN render device: cpu (software Vulkan) or gpu."})
+    render_backend: Literal["cpu", "gpu"] = field(default="cpu", metadata={"help": "SAPIEN render device. cpu: the software Vulkan driver (Mesa lavapipe) that scripts/setup.sh installs on every node, GPU nodes included, so a config renders the same pixels everywhere and its sub-env processes take no GPU memory. gpu: the GPU's Vulkan driver, faster, needs CUDA GPUs where the env workers run, and its pixels differ slightly from cpu's."})
     reward_mode: Literal["sparse", "dense", "normalized_dense"] = field(default="sparse", metadata={"help": "sparse | dense | normalized_dense (ManiSkill's reward modes)."})
     camera_heights: int = field(default=128, metadata={"help": "Height in pixels of the cameras (main and wrist)."})
     camera_widths: int = field(default=128, metadata={"help": "Width in pixels of the cameras (main and wrist)."})
