@@ -138,6 +138,59 @@ def fsdp_facts(w: ActorWorker) -> dict:
             "local_fraction": round(sum(q.to_local().numel() for q in w.policy.parameters()) / sum(q.numel() for q in w.policy.parameters()), 1)}
 
 
+def demos_from_batch(batch: dict):
+    """A Host function giving a worker the batch's samples as its demos (what load_demos makes
+    from recorded demos: inputs, expert tokens, mask), so the BC term trains without a simulator."""
+    from embodied_rl.demos.sft_data import EpochSampler, SFTSamples
+
+    def give(w: ActorWorker) -> int:
+        n = batch["action_tokens"].shape[0] * batch["action_tokens"].shape[1]
+        inputs = {k: v.reshape(n, *v.shape[2:]) for k, v in batch["forward_inputs"].items()}
+        w.sft_samples = SFTSamples(inputs, batch["action_tokens"].reshape(n, -1), batch["loss_mask"].reshape(n, -1))
+        w.sft_sampler = EpochSampler(n, w._shuffle)
+        return n
+    return give
+
+
+def counting_collectives(method: str, *args):
+    """A Host function: (result of worker.method(*args), number of reduce-scatter ops the
+    worker's process issued during it), counted with torch.profiler."""
+    def run(w: ActorWorker):
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            out = getattr(w, method)(*args)
+        return out, sum("reduce_scatter" in e.name for e in prof.events())
+    return run
+
+
+#: torch.Tensor methods that copy a value to the host (a device sync on a GPU).
+HOST_READS = ("item", "tolist", "__float__", "__int__", "__bool__")
+
+
+def counting_host_reads(method: str, *args):
+    """A Host function: (result of worker.method(*args), number of HOST_READS calls on tensors
+    during it), counted by wrapping those torch.Tensor methods for the call."""
+    def run(w: ActorWorker):
+        originals = {name: getattr(torch.Tensor, name) for name in HOST_READS}
+        count = [0]
+
+        def counted(fn):
+            def wrapper(self, *a, **k):
+                count[0] += 1
+                return fn(self, *a, **k)
+            return wrapper
+        for name, fn in originals.items():
+            setattr(torch.Tensor, name, counted(fn))
+        try:
+            out = getattr(w, method)(*args)
+        finally:
+            for name, fn in originals.items():
+                setattr(torch.Tensor, name, fn)
+        return out, count[0]
+    return run
+
+
 # Ray workers find the tests package only when the driver runs from the checkout root (Ray adds
 # the driver's working directory to their path): ship this module by value.
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])

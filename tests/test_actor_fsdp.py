@@ -6,6 +6,7 @@ batch, gradient accumulation == one big micro-batch, and value_lr drives the val
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -18,6 +19,9 @@ from embodied_rl.workers.actor.optim import lr_multiplier
 from tests.actor_fixtures import (
     ActorGroup,
     actor_config,
+    counting_collectives,
+    counting_host_reads,
+    demos_from_batch,
     fsdp_facts,
     make_rollout_batch,
     make_tiny_model,
@@ -114,6 +118,52 @@ def test_grad_accumulation_equals_one_big_micro_batch(actor_hosts, model_dir, ba
     for k in after_big:
         torch.testing.assert_close(after_accum[k], after_big[k], rtol=1e-4, atol=1e-6, msg=k)
     assert any(not torch.equal(before[k], after_big[k]) for k in before)
+
+
+def test_gradients_are_reduce_scattered_once_per_optimizer_step_with_the_same_update(actor_hosts, model_dir, batch):
+    """Two ranks, PPO micro-batches then the BC term's demo micro-batches before each optimizer
+    step, and SFT steps: with twice the micro-batches (hence backwards) per optimizer step, FSDP
+    issues as many reduce-scatters (the last backward syncs, the others accumulate unsharded)
+    and the weights come out the same."""
+    runs = {}
+    for micro in (4, 2):  # per rank and optimizer step: 1 or 2 PPO micro-batches, as many demo ones
+        cfg = actor_config(model_dir, *LORA, f"actor.micro_batch_size={micro}")
+        # Set after the config checks, which ask for demo files; the demos are the batch's samples.
+        cfg = dataclasses.replace(cfg, algorithm=dataclasses.replace(cfg.algorithm, bc_coef=0.5))
+        with ActorGroup(actor_hosts, cfg, 2) as group:
+            group.run(demos_from_batch(batch))
+            train = group.run(counting_collectives("train_step", batch))
+            sft = group.run(counting_collectives("sft_step"))
+            runs[micro] = ([n for _, n in train], [n for _, n in sft], train[0][0], group.call("get_trainable_state_dict")[0][0])
+    (train4, sft4, metrics4, after4), (train2, sft2, metrics2, after2) = runs[4], runs[2]
+    assert metrics4["train/actor/optimizer_steps"] == metrics2["train/actor/optimizer_steps"] == 2
+    assert "train/actor/bc_nll" in metrics2
+    assert train2 == train4 and sft2 == sft4 and min(sft4) > 0 and train4[0] % 2 == 0, (train2, train4, sft2, sft4)
+    for k in after4:
+        torch.testing.assert_close(after2[k], after4[k], rtol=1e-4, atol=1e-6, msg=k)
+
+
+def test_a_sharded_full_fine_tune_keeps_reducing_every_micro_batch(actor_hosts, model_dir, batch):
+    """Deferring would hold full-size gradients of every weight on each rank: a full fine-tune
+    over 2 sharded ranks reduce-scatters per backward, so twice the micro-batches, twice the calls."""
+    counts = {}
+    for micro in (4, 2):
+        with ActorGroup(actor_hosts, actor_config(model_dir, f"actor.micro_batch_size={micro}"), 2) as group:
+            counts[micro] = [n for _, n in group.run(counting_collectives("train_step", batch))]
+    assert min(counts[4]) > 0 and counts[2] == [2 * n for n in counts[4]], counts
+
+
+def test_metrics_reach_the_host_once_per_step_not_per_micro_batch(actor_hosts, model_dir, batch):
+    """The loss metrics stay device tensors until the step's end: a training step with four
+    times the micro-batches reads no more values to the host (each read syncs on a GPU)."""
+    reads, keys = {}, {}
+    for micro in (4, 1):  # per rank: 2 or 8 micro-batches in the step's 2 optimizer steps
+        with ActorGroup(actor_hosts, actor_config(model_dir, *LORA, f"actor.micro_batch_size={micro}"), 2) as group:
+            (metrics, reads[micro]), _ = group.run(counting_host_reads("train_step", batch))
+        keys[micro] = set(metrics)
+        assert all(isinstance(v, float) for v in metrics.values())  # explained variance: nan on 1-sample micro-batches
+    assert keys[1] == keys[4] and "train/critic/explained_variance" in keys[1]
+    assert reads[1] == reads[4], reads
 
 
 def test_value_lr_group_drives_the_value_head(actor_hosts, model_dir, batch):

@@ -111,7 +111,7 @@ def test_metrics_names():
     for name in ("actor/policy_loss", "actor/clip_fraction", "actor/approx_kl", "actor/ratio_mean", "actor/ratio_max",
                  "actor/dual_clip_fraction", "actor/entropy", "actor/kl_loss", "critic/value_loss",
                  "critic/value_clip_fraction", "critic/explained_variance", "actor/skipped", "actor/left_support_fraction"):
-        assert isinstance(m[name], float), name
+        assert isinstance(m[name], torch.Tensor) and m[name].shape == () and not m[name].requires_grad, name
 
 
 def test_tokens_that_left_the_top_k_support_are_counted_and_get_no_gradient():
@@ -186,3 +186,32 @@ def test_rollout_explained_variance_scores_the_collecting_critic_on_the_whole_ba
     assert ev == pytest.approx(1 - 0.1875 / 1.25)
     batch["value_mask"] = torch.tensor([[True, True], [True, False]]).unsqueeze(-1)  # the wrong value drops out
     assert rollout_stats(batch)["rollout/explained_variance"] == pytest.approx(1.0)
+
+
+def test_metrics_are_computed_on_the_device_without_a_host_read():
+    """The caller reads them once per training step: computing them reads nothing to the host
+    (a sync on a GPU), and they equal their definitions (ratio over valid entries, 1 with none)."""
+    torch.manual_seed(1)
+    B, L, K = 4, 6, 2
+    mask = torch.rand(B, L) > 0.3
+    inputs = dict(logprobs=-torch.rand(B, L), old_logprobs=-torch.rand(B, L), advantages=torch.randn(B, L), loss_mask=mask,
+                  entropy=torch.rand(B, L), values=torch.randn(B, K), old_values=torch.randn(B, K), returns=torch.randn(B, K),
+                  ref_logprobs=-torch.rand(B, L))
+    cfg = AlgorithmConfig(use_kl_loss=True, early_stop_imp_ratio=5.0)
+    reads = ("item", "tolist", "__float__", "__int__", "__bool__")
+    originals = {name: getattr(torch.Tensor, name) for name in reads}
+
+    def refuse(*_args, **_kw):
+        raise AssertionError("a metric was read to the host")
+    try:
+        for name in reads:
+            setattr(torch.Tensor, name, refuse)
+        _, m = compute_actor_critic_loss(cfg, **inputs)
+        _, none_valid = compute_actor_critic_loss(cfg, **{**inputs, "loss_mask": torch.zeros(B, L, dtype=torch.bool)})
+    finally:
+        for name, fn in originals.items():
+            setattr(torch.Tensor, name, fn)
+    ratio = (inputs["logprobs"] - inputs["old_logprobs"]).exp()[mask]
+    assert float(m["actor/ratio_mean"]) == pytest.approx(ratio.mean().item(), rel=1e-6)
+    assert float(m["actor/ratio_max"]) == ratio.max().item() and float(m["actor/skipped"]) == 0.0
+    assert float(none_valid["actor/ratio_mean"]) == float(none_valid["actor/ratio_max"]) == 1.0

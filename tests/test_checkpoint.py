@@ -2,7 +2,8 @@
 
 Exactness is shown the strict way: a fresh actor group restored from the checkpoint takes
 the next training step bit-for-bit like the group that never stopped (weights, AdamW
-moments and step counts, LR schedule in warm-up, minibatch shuffle, per-rank RNG).
+moments and step counts, LR schedule in warm-up, minibatch shuffle, per-rank RNG). The
+actor's part is sharded (torch.distributed.checkpoint): each rank writes its own shards.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from embodied_rl.runtime.checkpoint import (
     resolve_resume_dir,
     write_runner_state,
 )
+from embodied_rl.workers.actor.checkpoint import read_trainable_weights
 from tests.actor_fixtures import (
     ActorGroup,
     actor_config,
@@ -54,12 +56,21 @@ def setup(tmp_path_factory):
     return cfg, make_rollout_batch(cfg, seed=1), make_rollout_batch(cfg, seed=2)
 
 
+def _local_optimizer_state(w) -> list[dict[str, torch.Tensor]]:
+    """This rank's AdamW state (its shards), in parameter order."""
+    local = lambda v: (v.to_local() if hasattr(v, "to_local") else v).clone()
+    return [{k: local(v) for k, v in w.optimizer.state[p].items()} for g in w.optimizer.param_groups for p in g["params"]
+            if p in w.optimizer.state]
+
+
 def test_resume_is_bit_exact(actor_hosts, setup, tmp_path):
     cfg, batch1, batch2 = setup
     rank_draw = lambda w: torch.rand(4)
     with ActorGroup(actor_hosts, cfg, 2) as a:
         a.call("train_step", batch1)
         ckpt = _save(tmp_path, 1, extra={"reset_ids": [3, 1, 2]}, actors=a, version=2)
+        optim_saved = a.run(_local_optimizer_state)
+        w_saved = a.call("get_trainable_state_dict")[0][0]
         driver_after_save = _draws()
         m2 = a.call("train_step", batch2)[0]
         w2, v2 = a.call("get_trainable_state_dict")[0]
@@ -71,12 +82,19 @@ def test_resume_is_bit_exact(actor_hosts, setup, tmp_path):
     resumed_draws = _draws()
     assert resumed_draws[:2] == driver_after_save[:2] and torch.equal(resumed_draws[2], driver_after_save[2])
 
+    # Every rank wrote its own shards; no rank gathered the weights or the optimizer.
+    assert sorted(p.name for p in (actor_dir(ckpt) / "dcp").iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    assert sorted(p.name for p in actor_dir(ckpt).iterdir()) == ["actor_state.pt", "dcp"]
     with ActorGroup(actor_hosts, cfg, 2) as b:
         assert b.call("load_checkpoint", str(actor_dir(ckpt))) == [2, 2]
+        optim_loaded = b.run(_local_optimizer_state)
         m2b = b.call("train_step", batch2)[0]
         w2b, v2b = b.call("get_trainable_state_dict")[0]
         r2b = b.run(rank_draw)
     assert v2b == v2 == 3
+    assert [len(s) for s in optim_saved] == [len(s) for s in optim_loaded] and len(optim_saved[0]) > 0
+    for saved, loaded in zip(optim_saved, optim_loaded):  # per rank: AdamW step, moments
+        assert all(s.keys() == x.keys() and all(torch.equal(s[k], x[k]) for k in s) for s, x in zip(saved, loaded))
     assert m2b == m2  # every metric, exactly (lr included: the schedule is at step 2 of warm-up)
     assert m2["train/actor/lr"] == pytest.approx(cfg.actor.optim.lr * 2 / 3)
     assert set(w2b) == set(w2) and all(torch.equal(w2b[k], w2[k]) for k in w2)
@@ -95,8 +113,9 @@ def test_resume_is_bit_exact(actor_hosts, setup, tmp_path):
     plain_cfg = type(cfg.actor.model)(**{**vars(cfg.actor.model), "is_lora": False, "model_path": str(merged)})
     plain = build_policy(plain_cfg, dtype=torch.float32).eval()
     lora = build_policy(cfg.actor.model, dtype=torch.float32).eval()
-    from safetensors.torch import load_file
-    lora.load_trainable_state_dict(load_file(str(actor_dir(ckpt) / "trainable.safetensors")))
+    offline = read_trainable_weights(actor_dir(ckpt))  # full tensors from the shards, no process group
+    assert offline.keys() == w_saved.keys() and all(torch.equal(v, w_saved[k]) for k, v in offline.items())
+    lora.load_trainable_state_dict(offline)
     fi = {k: v[0] for k, v in batch1["forward_inputs"].items()}
     with torch.no_grad():
         a_out = lora.evaluate_actions(fi, batch1["action_tokens"][0])
@@ -138,7 +157,7 @@ def test_resume_dir_errors_are_one_line(tmp_path):
         resolve_resume_dir("latest", tmp_path)
     with pytest.raises(CheckpointError, match="no such directory"):
         resolve_resume_dir(str(tmp_path / "nope"), tmp_path)
-    with pytest.raises(CheckpointError, match="trainable.safetensors"):
+    with pytest.raises(CheckpointError, match="no trainable weights under actor/"):
         export_policy(tmp_path, None, tmp_path / "out")
 
 

@@ -118,7 +118,7 @@ def test_train_two_steps_writes_metrics_checkpoint_and_videos(run_a: Path):
     assert (run_a / "config.yaml").is_file()
     latest = (run_a / "checkpoints" / "latest").read_text().strip()
     assert latest == "global_step_00000002"
-    assert (run_a / "checkpoints" / latest / "actor" / "trainable.safetensors").is_file()
+    assert (run_a / "checkpoints" / latest / "actor" / "dcp" / ".metadata").is_file()  # sharded, every actor rank wrote
     videos = sorted((run_a / "video" / "train").rglob("*.mp4"))
     assert len(videos) == 2 * 2 * 2  # steps x env workers x stages
     sidecar = json.loads(videos[0].with_suffix(".json").read_text())
@@ -212,15 +212,15 @@ def test_compare_checkpoint_with_itself_pairs_identical_episodes(workdir: Path, 
 
 def test_export_cli_writes_a_plain_model_with_the_trained_weights(workdir: Path, run_a: Path):
     import torch
-    from safetensors.torch import load_file
 
     from embodied_rl.models import build_policy
     from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
+    from embodied_rl.workers.actor.checkpoint import read_trainable_weights
 
     out = workdir / "exported"
     run_cli("export", str(run_a), str(out), cwd=workdir)  # a run directory = its newest checkpoint
     assert (out / "config.json").is_file() and (out / "dataset_statistics.json").is_file()
-    trained = load_file(str(run_a / "checkpoints" / "global_step_00000002" / "actor" / "trainable.safetensors"))
+    trained = read_trainable_weights(run_a / "checkpoints" / "global_step_00000002" / "actor")
     policy = build_policy(OpenVLAOFTConfig(model_path=str(out), add_value_head=True, value_type="chunk_level"),
                           device="cpu", dtype=torch.float32)
     exported = policy.trainable_state_dict()

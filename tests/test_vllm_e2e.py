@@ -55,7 +55,9 @@ def test_two_ppo_steps_train_with_the_vllm_rollout(vllm_run: Path):
         assert math.isfinite(row["train/actor/total_loss"]) and math.isfinite(row["train/critic/value_loss"])
         assert row["env/num_trajectories"] > 0
         assert row["train/actor/optimizer_steps"] == 1.0
-    assert (vllm_run / "checkpoints" / "global_step_00000002" / "actor" / "trainable.safetensors").is_file()
+    from embodied_rl.workers.actor.checkpoint import has_trainable_weights
+
+    assert has_trainable_weights(vllm_run / "checkpoints" / "global_step_00000002" / "actor")
 
 
 def test_the_run_leaves_no_engine_directory(vllm_run: Path):
@@ -72,17 +74,16 @@ def test_rollout_log_probs_come_from_the_synced_weights(vllm_run: Path):
 
 
 def test_synced_weights_change_the_engines_actions_as_they_change_hf(vllm_run: Path):
-    from safetensors.torch import load_file
-
     from embodied_rl.config.loader import read_yaml
     from embodied_rl.configure import config_from_dict
     from embodied_rl.models.openvla_oft.vllm.engine import VLLMOpenVLAOFT
     from embodied_rl.models.registry import build_policy
     from embodied_rl.types import EnvObservation
+    from embodied_rl.workers.actor.checkpoint import read_trainable_weights
 
     os.environ.setdefault("OMP_NUM_THREADS", "2")
     model_cfg = config_from_dict(read_yaml(vllm_run / "config.yaml"), plan=False).actor.model
-    step1 = load_file(str(vllm_run / "checkpoints" / "global_step_00000001" / "actor" / "trainable.safetensors"))
+    step1 = read_trainable_weights(vllm_run / "checkpoints" / "global_step_00000001" / "actor")
     rng = np.random.default_rng(0)
     obs = EnvObservation(main_images=rng.integers(0, 256, (8, 64, 64, 3), dtype=np.uint8),
                          states=rng.uniform(-1, 1, (8, model_cfg.proprio_dim)).astype(np.float32),

@@ -68,14 +68,21 @@ def fit_value_loss(values: Tensor, returns: Tensor, mask: Tensor, huber_delta: f
     return masked_mean(loss, mask)
 
 
-def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> float:
-    """1 - Var[returns - values] / Var[returns] over valid entries (nan if returns are constant)."""
+def explained_variance_tensor(values: Tensor, returns: Tensor, mask: Tensor) -> Tensor:
+    """1 - Var[returns - values] / Var[returns] over valid entries (nan if returns are constant),
+    as a 0-dim tensor on the inputs' device (no host sync)."""
     def var(x: Tensor) -> Tensor:
         m = masked_mean(x, mask)
         return masked_mean((x - m) ** 2, mask)
 
     var_ret = var(returns)
-    return float("nan") if float(var_ret) == 0.0 else float(1.0 - var(returns - values) / var_ret)
+    ev = 1.0 - var(returns - values) / var_ret
+    return torch.where(var_ret == 0.0, torch.full_like(ev, float("nan")), ev)
+
+
+def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> float:
+    """`explained_variance_tensor` as a float."""
+    return float(explained_variance_tensor(values, returns, mask))
 
 
 _GROUP = {"token_level": lambda a, l: 1, "action_level": lambda a, l: a, "chunk_level": lambda a, l: l}
@@ -111,8 +118,9 @@ def compute_actor_critic_loss(
     value_mask: Tensor | None = None,
     ref_logprobs: Tensor | None = None,
     action_dim: int | None = None,
-) -> tuple[Tensor, dict[str, float]]:
-    """Scalar training loss of one micro-batch and its metrics.
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Scalar training loss of one micro-batch and its metrics (detached 0-dim float tensors on
+    the loss's device: the caller converts them once per training step, not once per metric).
 
     logprobs, old_logprobs, advantages, entropy, ref_logprobs: [..., L] (leading dims are
     flattened to B); loss_mask bool [..., L]; values, old_values, returns: [..., K] and
@@ -135,22 +143,26 @@ def compute_actor_critic_loss(
     pg_mask = _regroup(mask, mask, group, "any")
     policy_loss = aggregate_loss(pg["loss"], pg_mask, cfg.loss_agg_func)
     loss = policy_loss
-    ratio_valid = pg["ratio"][pg_mask]
+    ratio = pg["ratio"].detach()
+    any_valid = pg_mask.any()
+    one = torch.ones((), dtype=ratio.dtype, device=ratio.device)
+    # Without a valid entry the ratio metrics read 1 (no change); no boolean indexing, which syncs.
+    ratio_max = torch.where(pg_mask, ratio, torch.full_like(ratio, -torch.inf)).max() if ratio.numel() else one
     m = {
-        "actor/policy_loss": policy_loss.item(),
-        "actor/clip_fraction": masked_mean(pg["clipped"].float(), pg_mask).item(),
-        "actor/dual_clip_fraction": masked_mean(pg["dual_clipped"].float(), pg_mask).item(),
-        "actor/approx_kl": masked_mean(pg["ratio"] - 1.0 - pg["log_ratio"], pg_mask).item(),
-        "actor/ratio_mean": ratio_valid.mean().item() if ratio_valid.numel() else 1.0,
-        "actor/ratio_max": ratio_valid.max().item() if ratio_valid.numel() else 1.0,
+        "actor/policy_loss": policy_loss,
+        "actor/clip_fraction": masked_mean(pg["clipped"].float(), pg_mask),
+        "actor/dual_clip_fraction": masked_mean(pg["dual_clipped"].float(), pg_mask),
+        "actor/approx_kl": masked_mean(pg["ratio"] - 1.0 - pg["log_ratio"], pg_mask),
+        "actor/ratio_mean": torch.where(any_valid, masked_mean(ratio, pg_mask), one),
+        "actor/ratio_max": torch.where(any_valid, ratio_max, one),
         # Tokens a top-k policy no longer samples (log-prob -inf): their gradient is zero.
-        "actor/left_support_fraction": masked_mean(torch.isinf(logprobs).float(), mask).item(),
+        "actor/left_support_fraction": masked_mean(torch.isinf(logprobs).float(), mask),
     }
     if entropy is not None:
         egroup = _GROUP[cfg.entropy_type](action_dim, num_tokens)
         ent_mask = _regroup(mask, mask, egroup, "any")
         ent = aggregate_loss(_regroup(flat(entropy), mask, egroup, "sum"), ent_mask, cfg.loss_agg_func)
-        m["actor/entropy"] = ent.item()
+        m["actor/entropy"] = ent
         if cfg.entropy_bonus > 0:
             loss = loss - cfg.entropy_bonus * ent
     elif cfg.entropy_bonus > 0:
@@ -159,7 +171,7 @@ def compute_actor_critic_loss(
         if ref_logprobs is None:
             raise ValueError("algorithm.use_kl_loss needs ref_logprobs [B, L]")
         kl = aggregate_loss(kl_penalty(logprobs, flat(ref_logprobs), cfg.kl_penalty), mask, cfg.loss_agg_func)
-        m["actor/kl_loss"] = kl.item()
+        m["actor/kl_loss"] = kl
         loss = loss + cfg.kl_loss_coef * kl
     if values is not None:
         if old_values is None or returns is None:
@@ -169,13 +181,15 @@ def compute_actor_critic_loss(
         v_loss_mat, v_clipped = value_loss(values, old_values, returns, cfg.value_clip, cfg.huber_delta)
         v_loss = masked_mean(v_loss_mat, vmask)
         loss = loss + cfg.value_loss_coef * v_loss
-        m["critic/value_loss"] = v_loss.item()
-        m["critic/value_clip_fraction"] = masked_mean(v_clipped.float(), vmask).item()
-        m["critic/explained_variance"] = explained_variance(values.detach(), returns, vmask)
-    m["actor/skipped"] = 0.0
-    if cfg.early_stop_imp_ratio is not None and m["actor/ratio_max"] > cfg.early_stop_imp_ratio:
-        # Zero loss that keeps the graph, so every rank still runs a (no-op) backward.
-        loss = loss * 0.0
-        m["actor/skipped"] = 1.0
-    m["actor/total_loss"] = loss.item()
-    return loss, m
+        m["critic/value_loss"] = v_loss
+        m["critic/value_clip_fraction"] = masked_mean(v_clipped.float(), vmask)
+        m["critic/explained_variance"] = explained_variance_tensor(values.detach(), returns, vmask)
+    skip = torch.zeros((), dtype=torch.bool, device=loss.device)
+    if cfg.early_stop_imp_ratio is not None:
+        skip = m["actor/ratio_max"] > cfg.early_stop_imp_ratio
+        # Zero loss that keeps the graph, so every rank still runs a (no-op) backward; chosen on
+        # the device, so the decision costs no host sync.
+        loss = torch.where(skip, loss * 0.0, loss)
+    m["actor/skipped"] = skip.float()
+    m["actor/total_loss"] = loss
+    return loss, {k: v.detach().float() for k, v in m.items()}

@@ -7,17 +7,18 @@ from torch import Tensor
 from embodied_rl.algorithms.masks import masked_mean
 
 
-def sft_loss(logprobs: Tensor, loss_mask: Tensor) -> tuple[Tensor, dict[str, float]]:
+def sft_loss(logprobs: Tensor, loss_mask: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
     """Mean negative log-likelihood of the expert's action tokens.
 
     logprobs:  float [B, L]  log pi(expert token) per action token (policy.evaluate_actions at
                              temperature 1), L = num_action_chunks * action_dim
     loss_mask: bool  [B, L]  False for the steps of a chunk past the end of its episode
     Returns (scalar loss, metrics): sft/nll and sft/token_prob (mean probability of the
-    expert token: 1/256 for a uniform policy, 1 for a perfect one).
+    expert token: 1/256 for a uniform policy, 1 for a perfect one), detached 0-dim tensors on
+    the loss's device (the caller converts them once per training step).
     """
     mask = loss_mask.to(logprobs.dtype)
     nll = -masked_mean(logprobs, mask)
     with torch.no_grad():
         prob = masked_mean(logprobs.exp(), mask)
-    return nll, {"sft/nll": float(nll.detach()), "sft/token_prob": float(prob)}
+    return nll, {"sft/nll": nll.detach(), "sft/token_prob": prob}

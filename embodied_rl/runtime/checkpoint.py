@@ -8,8 +8,9 @@ Layout under the run directory (`runner.logger.log_path`):
         config.yaml        the resolved config of the run
         runner_state.pt    global step, driver RNG state, `extra` runner state (env reset-id
                            streams, running reward statistics, ...) handed in by the runner
-        actor/             ActorWorker.save_checkpoint: trainable weights (safetensors),
-                           full optimizer state, LR scheduler, shuffle and per-rank RNG state
+        actor/             ActorWorker.save_checkpoint (workers/actor/checkpoint.py): trainable
+                           weights and optimizer state sharded with torch.distributed.checkpoint,
+                           LR scheduler, shuffle and per-rank RNG state
       latest               text file naming the newest complete checkpoint directory
 
 Atomicity: everything is written into `checkpoints/.tmp-global_step_N-<pid>/` and moved into
@@ -18,11 +19,11 @@ place with one `rename` after `meta.json` is written; `latest` is replaced with
 and the previous checkpoint and pointer untouched; a directory without `meta.json` is
 never resumed from.
 
-Optimizer state is stored as a full (unsharded, name-keyed) state dict gathered on actor
-rank 0 (torch.distributed.checkpoint.state_dict helpers), so a run can resume on a
-different number of actor ranks; the trainable weights are the policy's own
-`trainable_state_dict` (LoRA + value head, or all weights), frozen base weights come back
-from `actor.model.model_path`.
+Weights and optimizer state are written by every actor rank, its own shards, and resharded on
+load, so a run can resume on a different number of actor ranks; the trainable weights are
+the policy's own `trainable_state_dict` (LoRA + value head, or all weights), frozen base
+weights come back from `actor.model.model_path`. Export, eval and replay read the trainable
+weights as full tensors without a process group (`read_trainable_weights`).
 """
 from __future__ import annotations
 
@@ -41,6 +42,10 @@ import torch
 from embodied_rl.distributed.rng import capture_rng_state, restore_rng_state
 from embodied_rl.errors import CheckpointError
 from embodied_rl.workers.actor import WEIGHTS_FILE as ACTOR_WEIGHTS
+from embodied_rl.workers.actor.checkpoint import (
+    has_trainable_weights,
+    read_trainable_weights,
+)
 
 FORMAT = 1
 CKPT_DIR, LATEST, META, CONFIG, RUNNER_STATE, ACTOR_DIR = "checkpoints", "latest", "meta.json", "config.yaml", "runner_state.pt", "actor"
@@ -200,18 +205,16 @@ def export_policy(ckpt_dir: str | Path, model_cfg, out_dir: str | Path, *, merge
     the export picks the kernel with its own actor.model.attn_implementation; the checkpoint's
     config keeps the kernel the run trained with.
     """
-    from safetensors.torch import load_file
-
     from embodied_rl.models import build_policy
     from embodied_rl.models.registry import with_runnable_attention
 
-    weights = actor_dir(ckpt_dir) / ACTOR_WEIGHTS
-    if not weights.is_file():
-        raise CheckpointError(f"{ckpt_dir}: no {ACTOR_DIR}/{ACTOR_WEIGHTS}; pass a checkpoints/global_step_N directory of a training run")
+    if not has_trainable_weights(actor_dir(ckpt_dir)):
+        raise CheckpointError(f"{ckpt_dir}: no trainable weights under {ACTOR_DIR}/ (dcp/ or {ACTOR_WEIGHTS}); "
+                              "pass a checkpoints/global_step_N directory of a training run")
     # The checkpoint's trainable weights (its value head among them) replace the init at once.
     model_cfg = with_runnable_attention(model_cfg, torch.device("cpu"))
     policy = build_policy(model_cfg, device="cpu", dtype=torch.float32, warn_untrained_value_head=False)
-    policy.load_trainable_state_dict(load_file(str(weights)))
+    policy.load_trainable_state_dict(read_trainable_weights(actor_dir(ckpt_dir)))
     stats = read_dataset_statistics(ckpt_dir)
     if stats is not None:
         policy.set_dataset_statistics(stats)
@@ -225,11 +228,8 @@ def load_trainable_weights(path: str, run_dir: str | Path) -> tuple[dict[str, to
     training checkpoint.
 
     Accepts what resume_dir accepts: a checkpoints/global_step_N directory, a run directory, 'latest'."""
-    from safetensors.torch import load_file
-
     d = resolve_resume_dir(path, run_dir, key="runner.ckpt_path")
-    weights = actor_dir(d) / ACTOR_WEIGHTS
-    if not weights.is_file():
-        raise CheckpointError(f"runner.ckpt_path={path}: {weights} is missing; pass a checkpoint written by embodied-rl train")
+    if not has_trainable_weights(actor_dir(d)):
+        raise CheckpointError(f"runner.ckpt_path={path}: no trainable weights under {actor_dir(d)}; pass a checkpoint written by embodied-rl train")
     meta = json.loads((d / META).read_text())
-    return load_file(str(weights)), max(1, int(meta["weight_version"])), read_dataset_statistics(d)
+    return read_trainable_weights(actor_dir(d)), max(1, int(meta["weight_version"])), read_dataset_statistics(d)

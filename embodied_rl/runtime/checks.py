@@ -72,8 +72,8 @@ def check_compare(cfg: RootConfig, paths: Collection[str]) -> list:
     envs must start every evaluation from the same reset ids, one episode per sub-env."""
     from embodied_rl.evaluation.compare import PolicySource
     from embodied_rl.runtime.checkpoint import (
-        ACTOR_WEIGHTS,
         actor_dir,
+        has_trainable_weights,
         resolve_resume_dir,
     )
 
@@ -104,8 +104,8 @@ def check_compare(cfg: RootConfig, paths: Collection[str]) -> list:
         except UserError:
             raise ConfigError(f"--compare {label}={path}: neither a model directory (no config.json) nor a training "
                               f"checkpoint (no meta.json, no checkpoints/); {COMPARE_PATHS}") from None
-        if not (actor_dir(ckpt) / ACTOR_WEIGHTS).is_file():
-            raise ConfigError(f"--compare {label}={path}: checkpoint {ckpt} has no {ACTOR_WEIGHTS} under actor/; {COMPARE_PATHS}")
+        if not has_trainable_weights(actor_dir(ckpt)):
+            raise ConfigError(f"--compare {label}={path}: checkpoint {ckpt} has no trainable weights under actor/; {COMPARE_PATHS}")
         check_checkpoint_layout(cfg, ckpt, f"--compare {label}={path}")
         sources.append(PolicySource(label, path, "checkpoint", str(ckpt.resolve())))
     return sources

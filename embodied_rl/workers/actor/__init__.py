@@ -1,4 +1,5 @@
 """The actor: FSDP2-wrapped policy, its optimizer and scheduler, and the batch contract it trains on."""
 
-# The actor part of a checkpoint (written by ActorWorker.save_checkpoint on rank 0, under actor/).
-WEIGHTS_FILE, OPTIM_FILE, STATE_FILE = "trainable.safetensors", "optimizer.pt", "actor_state.pt"
+# Files of the actor part of a checkpoint (actor/checkpoint.py): the state written by rank 0, and
+# the trainable weights of checkpoints written before they were sharded (read, never written).
+STATE_FILE, WEIGHTS_FILE = "actor_state.pt", "trainable.safetensors"

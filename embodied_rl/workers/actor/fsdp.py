@@ -20,8 +20,6 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
-    get_optimizer_state_dict,
-    set_optimizer_state_dict,
 )
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
@@ -61,8 +59,8 @@ def process_group_backend(device: torch.device) -> str:
     """torch.distributed backend of the actor's group for a rank training on `device`.
 
     On a GPU the group needs a CPU backend beside NCCL: with `cpu_offload` the shards, their
-    gradients and gradient norms are CPU tensors, and the weight gather, gradient clipping and
-    checkpoint broadcast run collectives on them (object collectives and barriers go to the CPU
+    gradients and gradient norms are CPU tensors, and the weight gather and gradient clipping
+    run collectives on them (object collectives and barriers go to the CPU
     backend too)."""
     return "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
 
@@ -126,6 +124,18 @@ def apply_fsdp2(policy: nn.Module, fsdp_cfg, world_size: int, device: torch.devi
     return policy
 
 
+def defers_gradient_sync(policy: nn.Module, fsdp_cfg, world_size: int) -> bool:
+    """Whether the micro-batches before an optimizer step skip the gradient reduce-scatter, each
+    rank accumulating full-size gradients of the trainable weights until the last one: without
+    sharding (gradients are full-size anyway), or when those gradients take no more memory than
+    this rank's shard of all weights (LoRA, a head). A sharded full fine-tune keeps reducing
+    every micro-batch, so its gradient memory stays sharded."""
+    if fsdp_cfg.sharding_strategy == "no_shard":
+        return True
+    trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
+    return trainable * world_size <= sum(p.numel() for p in policy.parameters())
+
+
 def is_sharded(model: nn.Module) -> bool:
     return all(isinstance(p, DTensor) for p in model.parameters())
 
@@ -138,21 +148,6 @@ def full_model_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     return get_model_state_dict(model, options=_FULL_CPU)
 
 
-def full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
-    """Optimizer state keyed by parameter name, full tensors on rank 0. Collective."""
-    return get_optimizer_state_dict(model, optimizer, options=_FULL_CPU)
-
-
-def load_full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer, optim_sd: dict) -> None:
-    """Load a rank-0 full optimizer state dict (keyed by parameter name) into the sharded
-    optimizer; rank 0 broadcasts, so a run may resume on a different actor world size. Collective.
-
-    Not strict: a trainable parameter that never received a gradient (e.g. a ViT block after
-    the feature layer) has no AdamW state in the saved dict, exactly as in the live optimizer."""
-    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=False)
-    set_optimizer_state_dict(model, optimizer, optim_sd, options=options)
-
-
 def gather_full(sd: dict[str, torch.Tensor], rank: int) -> dict[str, torch.Tensor] | None:
     """Full CPU copies of a (possibly sharded) state dict on rank 0, None elsewhere. Collective:
     every rank must pass the same keys in the same order (a policy's state dict is ordered)."""
@@ -162,31 +157,6 @@ def gather_full(sd: dict[str, torch.Tensor], rank: int) -> dict[str, torch.Tenso
         if rank == 0:
             out[name] = full.detach().to("cpu", copy=True)
     return out if rank == 0 else None
-
-
-def load_full_into(targets: dict[str, torch.Tensor], full: dict[str, torch.Tensor] | None, rank: int, source: str) -> None:
-    """Copy rank-0 full tensors into `targets` (tensors sharing storage with the live, possibly
-    sharded parameters); rank 0 broadcasts each tensor, every rank keeps its own shard. Collective."""
-    # Rank 0 publishes names and shapes first so every rank fails together on a mismatch
-    # instead of hanging in a broadcast the others never join.
-    shapes = [{k: tuple(v.shape) for k, v in full.items()}] if rank == 0 else [None]
-    dist.broadcast_object_list(shapes, src=0)
-    have = shapes[0]
-    if set(have) != set(targets):
-        missing, extra = sorted(set(targets) - set(have)), sorted(set(have) - set(targets))
-        raise ValueError(f"{source}: trainable tensors do not match the policy (missing {missing[:3]}, unexpected {extra[:3]}); resume with the same actor.model settings")
-    bad = [k for k, t in targets.items() if tuple(t.shape) != have[k]]
-    if bad:
-        raise ValueError(f"{source}: {bad[0]} has shape {have[bad[0]]} but the policy expects {tuple(targets[bad[0]].shape)}; resume with the same model")
-    for name, target in targets.items():
-        buf = full[name].to(target.device, target.dtype) if rank == 0 else torch.empty(target.shape, dtype=target.dtype, device=target.device)
-        dist.broadcast(buf, src=0)
-        with torch.no_grad():
-            if isinstance(target, DTensor):
-                local = torch.distributed.tensor.distribute_tensor(buf, target.device_mesh, target.placements, src_data_rank=None)
-                target.to_local().copy_(local.to_local())
-            else:
-                target.copy_(buf)
 
 
 def move_training_state(model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device) -> None:

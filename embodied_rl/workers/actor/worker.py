@@ -10,7 +10,7 @@ a Ray actor, one process per rank. Lifecycle, driven by the runner:
     demo-augmented RL (algorithm.bc_coef > 0): load_demos() once; train_step adds the BC term
                 get_trainable_state_dict() -> (sd | None, version)   # collective; sd on rank 0 only
                 offload() / onload()                   # collocated GPU layouts (actor.enable_offload)
-    save_checkpoint(dir) / load_checkpoint(dir)        # collective; rank 0 writes/reads the files
+    save_checkpoint(dir) / load_checkpoint(dir)        # collective; sharded, every rank writes/reads (actor/checkpoint.py)
     shutdown()
 
 Every rank may be handed the same full batch (one Ray object, read zero-copy): each rank
@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import logging
 import math
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
-from safetensors.torch import load_file, save_file
 
 from embodied_rl.algorithms import (
     RunningRewardStats,
@@ -34,14 +32,10 @@ from embodied_rl.algorithms import (
 )
 from embodied_rl.algorithms.losses import fit_value_loss
 from embodied_rl.algorithms.sft import sft_loss
-from embodied_rl.distributed.rng import (
-    capture_rng_state,
-    restore_rng_state,
-    seed_everything,
-)
+from embodied_rl.distributed.rng import seed_everything
 from embodied_rl.models import build_policy
 from embodied_rl.timing import Timer
-from embodied_rl.workers.actor import OPTIM_FILE, STATE_FILE, WEIGHTS_FILE, fsdp
+from embodied_rl.workers.actor import checkpoint, fsdp
 from embodied_rl.workers.actor.batch import (
     actor_batch,
     check_batch_sizes,
@@ -78,6 +72,8 @@ class ActorWorker:
         self.policy = self.optimizer = self.scheduler = None
         self.device = torch.device("cpu")
         self._offloaded = False
+        self._io_group: dist.ProcessGroup | None = None  # checkpoint collectives (actor/checkpoint.py)
+        self._defer_sync = False
         self.sft_samples = self.sft_sampler = None
         # Identical on every rank: each computes the advantages of the whole batch.
         self.reward_stats = RunningRewardStats() if cfg.algorithm.reward_norm == "running" else None
@@ -92,6 +88,7 @@ class ActorWorker:
         self.device = fsdp.actor_device()
         fsdp.check_precision(a.fsdp_config, self.device)
         fsdp.init_process_group(self.rank, self.world_size, master_addr, master_port, self.device)
+        self._io_group = checkpoint.io_group()
         # Same seed on every rank: each rank builds the full policy and keeps its shard, so
         # randomly initialised parts (value head, LoRA) must be identical everywhere.
         torch.manual_seed(a.seed)
@@ -104,6 +101,7 @@ class ActorWorker:
         policy.train()
         seed_everything(a.seed + self.rank)  # from here on, each rank has its own streams (e.g. dropout)
         self.policy = fsdp.apply_fsdp2(policy, a.fsdp_config, self.world_size, self.device)
+        self._defer_sync = fsdp.defers_gradient_sync(self.policy, a.fsdp_config, self.world_size)
         self.optimizer = build_optimizer(self.policy, a.optim)
         self.scheduler = build_scheduler(self.optimizer, a.optim, self.cfg.runner.max_steps)
         self._shuffle = torch.Generator().manual_seed(a.seed)
@@ -149,23 +147,27 @@ class ActorWorker:
         self.policy.observe_training_batch(flat["forward_inputs"])
         total = num_samples(flat)
         check_batch_sizes(total, a.global_batch_size, a.micro_batch_size, self.world_size)
-        sums: dict[str, float] = {}
-        bc_sums: dict[str, float] = {}  # the BC term's metrics, summed over optimizer steps
+        # Metrics stay tensors on the device until the step ends: one host sync for all of them.
+        sums: dict[str, torch.Tensor] = {}
+        bc_sums: dict[str, torch.Tensor] = {}  # the BC term's metrics, summed over optimizer steps
         n_micro = n_steps = skipped = 0
         grad_norm_sum = 0.0
         lrs = [g["lr"] for g in self.optimizer.param_groups]  # the LR this training step uses
         # The scheduler counts finished training steps (restored on resume).
         warmup = self.scheduler.last_epoch < self.cfg.runner.critic_warmup
+        bc = self.sft_samples is not None and not warmup
         for _ in range(algo.update_epoch):
             for micro_indices in minibatch_plan(total, a.global_batch_size, a.micro_batch_size, self.rank, self.world_size, self._shuffle):
-                for idx in micro_indices:
-                    metrics = self._backward_micro(select(flat, idx), scale=1.0 / len(micro_indices))
+                for i, idx in enumerate(micro_indices):
+                    # The BC term's micro-batches follow: then its last backward syncs instead.
+                    sync = i == len(micro_indices) - 1 and not bc
+                    metrics = self._backward_micro(select(flat, idx), scale=1.0 / len(micro_indices), sync=sync)
                     for k, v in metrics.items():
-                        sums[k] = _combine(k, sums.get(k), v)
+                        sums[k] = _combine(k, sums.get(k), v.double())
                     n_micro += 1
-                if self.sft_samples is not None and not warmup:
+                if bc:
                     for k, v in self._backward_demos(coef=algo.bc_coef).items():
-                        bc_sums[k] = bc_sums.get(k, 0.0) + v
+                        bc_sums[k] = bc_sums[k] + v if k in bc_sums else v
                 norm = self._clip_and_step(critic_only=warmup)
                 n_steps += 1
                 skipped += not math.isfinite(norm)
@@ -191,16 +193,16 @@ class ActorWorker:
         self.value_replay.add(flat)
         data = self.value_replay.samples()
         a, algo = self.cfg.actor, self.cfg.algorithm
-        loss_sum, n_micro = 0.0, 0
+        loss_sum, n_micro = torch.zeros((), dtype=torch.float64, device=self.device), 0
         for micro_indices in minibatch_plan(len(data["returns"]), a.global_batch_size, a.micro_batch_size, self.rank,
                                             self.world_size, self._shuffle):
-            for idx in micro_indices:
+            for i, idx in enumerate(micro_indices):
                 mb = _to_device({k: v[idx] for k, v in data.items()}, self.device)
                 loss = fit_value_loss(self.policy.state_values(mb["privileged"]), mb["returns"], mb["value_mask"].bool(), algo.huber_delta)
-                (algo.value_loss_coef * loss / len(micro_indices)).backward()
-                loss_sum, n_micro = loss_sum + loss.item(), n_micro + 1
+                self._backward(algo.value_loss_coef * loss / len(micro_indices), sync=i == len(micro_indices) - 1)
+                loss_sum, n_micro = loss_sum + loss.detach().double(), n_micro + 1
             self._clip_and_step(critic_only=True)
-        return {"train/critic/replay_value_loss": loss_sum / max(1, n_micro), "train/critic/replay_samples": float(len(data["returns"]))}
+        return {"train/critic/replay_value_loss": float(loss_sum) / max(1, n_micro), "train/critic/replay_samples": float(len(data["returns"]))}
 
     def load_demos(self, stats: dict | None = None) -> int:
         """Tokenise the demos of data.train_data_paths (every rank reads them itself, so no
@@ -237,23 +239,31 @@ class ActorWorker:
         out["train/sft/epoch"] = float(self.sft_sampler.epoch)
         return out
 
-    def _backward_demos(self, coef: float) -> dict[str, float]:
+    def _backward_demos(self, coef: float) -> dict[str, torch.Tensor]:
         """Accumulate coef x the behaviour-cloning loss of the next global batch of demo samples
-        (this rank's slice); returns its metrics (sft/nll, sft/token_prob)."""
+        (this rank's slice; its last backward syncs the gradients); returns its metrics
+        (sft/nll, sft/token_prob) as float64 device tensors."""
         a = self.cfg.actor
         micros = rank_micro_batches(self.sft_sampler.next(a.global_batch_size), a.micro_batch_size, self.rank, self.world_size)
-        sums: dict[str, float] = {}
-        for idx in micros:
+        sums: dict[str, torch.Tensor] = {}
+        for i, idx in enumerate(micros):
             inputs, tokens, mask = self.sft_samples.select(idx)
             out = self.policy.evaluate_actions(_to_device(inputs, self.device), tokens.to(self.device),
                                                temperature=1.0, top_k=0, compute_values=False)
             loss, metrics = sft_loss(out["logprobs"].float(), mask.to(self.device))
-            (coef * loss / len(micros)).backward()
+            self._backward(coef * loss / len(micros), sync=i == len(micros) - 1)
             for k, v in metrics.items():
-                sums[k] = sums.get(k, 0.0) + v / len(micros)
+                sums[k] = sums[k] + v.double() / len(micros) if k in sums else v.double() / len(micros)
         return sums
 
-    def _backward_micro(self, mb: dict, scale: float) -> dict[str, float]:
+    def _backward(self, loss: torch.Tensor, sync: bool) -> None:
+        """Backward of one micro-batch. FSDP reduce-scatters the gradients when `sync` (the last
+        backward before an optimizer step); before it, where fsdp.defers_gradient_sync allows,
+        each rank accumulates them unsharded instead."""
+        self.policy.set_requires_gradient_sync(sync or not self._defer_sync)
+        loss.backward()
+
+    def _backward_micro(self, mb: dict, scale: float, sync: bool) -> dict[str, torch.Tensor]:
         algo = self.cfg.algorithm
         mb = _to_device(mb, self.device)
         sp = algo.sampling_params
@@ -270,7 +280,7 @@ class ActorWorker:
             old_values=mb.get("values"), returns=mb.get("returns"), value_mask=mb.get("value_mask"),
             ref_logprobs=mb.get("ref_logprobs"), action_dim=self.cfg.actor.model.action_dim,
         )
-        (loss * scale).backward()
+        self._backward(loss * scale, sync)
         return metrics
 
     def _clip_and_step(self, critic_only: bool = False) -> float:
@@ -293,15 +303,16 @@ class ActorWorker:
         self.optimizer.zero_grad(set_to_none=True)
         return next((n for n in norms if not math.isfinite(n)), norms[0] if norms else 0.0)
 
-    def _reduce_over_ranks(self, metrics: dict[str, float]) -> dict[str, float]:
-        """Means are averaged over ranks; `*_max` / `*_min` metrics take the extreme."""
+    def _reduce_over_ranks(self, metrics: dict[str, float | torch.Tensor]) -> dict[str, float]:
+        """Means are averaged over ranks; `*_max` / `*_min` metrics take the extreme. Values may be
+        device tensors: they reach the host here, in one transfer per kind."""
         out: dict[str, float] = {}
         # min(x) = -max(-x); every rank has the same keys, so all join the same all-reduces.
         for kind, op, sign in (("mean", dist.ReduceOp.SUM, 1.0), ("max", dist.ReduceOp.MAX, 1.0), ("min", dist.ReduceOp.MAX, -1.0)):
             keys = sorted(k for k in metrics if (_extreme(k) or "mean") == kind)
             if not keys:
                 continue
-            t = torch.tensor([sign * metrics[k] for k in keys], dtype=torch.float64, device=self.device)
+            t = torch.stack([sign * torch.as_tensor(metrics[k], dtype=torch.float64, device=self.device) for k in keys])
             dist.all_reduce(t, op=op)
             factor = 1.0 / self.world_size if kind == "mean" else sign
             out.update({k: float(v) * factor for k, v in zip(keys, t.tolist())})
@@ -340,53 +351,16 @@ class ActorWorker:
     # ---- checkpoints -------------------------------------------------------------------
     def save_checkpoint(self, actor_dir: str) -> None:
         """Write trainable weights, optimizer, scheduler, shuffle and per-rank RNG state into
-        `actor_dir` (rank 0 writes; the directory must be reachable from rank 0). Collective."""
+        `actor_dir`, every rank its own shards (actor/checkpoint.py). Collective."""
         self._require_setup()
         self.onload()
-        weights = fsdp.gather_full(self.policy.trainable_state_dict(), self.rank)
-        optim = fsdp.full_optimizer_state_dict(self.policy, self.optimizer)
-        rngs = [None] * self.world_size if self.rank == 0 else None
-        dist.gather_object(capture_rng_state(), rngs, dst=0)
-        if self.rank == 0:
-            out = Path(actor_dir)
-            out.mkdir(parents=True, exist_ok=True)
-            save_file({k: v.contiguous() for k, v in weights.items()}, str(out / WEIGHTS_FILE))
-            torch.save(optim, out / OPTIM_FILE)
-            sched = self.scheduler.state_dict()
-            # The schedule's shape comes from the config on resume (e.g. a longer max_steps), not the file.
-            sched["lr_lambdas"] = [None] * len(sched["lr_lambdas"])
-            torch.save({"version": self.version, "world_size": self.world_size, "scheduler": sched,
-                        "shuffle": self._shuffle.get_state(), "rng": rngs,
-                        "sft_sampler": self.sft_sampler.state_dict() if self.sft_sampler else None,
-                        "value_replay": self.value_replay.state_dict() if self.value_replay else None}, out / STATE_FILE)
-        dist.barrier()
+        checkpoint.save(self, actor_dir, self._io_group)
 
     def load_checkpoint(self, actor_dir: str) -> int:
         """Restore everything `save_checkpoint` wrote; returns the weight version. Collective."""
         self._require_setup()
         self.onload()
-        path = Path(actor_dir)
-        if self.rank == 0 and not (path / STATE_FILE).is_file():
-            raise FileNotFoundError(f"{path}: not an actor checkpoint (no {STATE_FILE}); pass a checkpoint directory written by embodied-rl train")
-        weights = load_file(str(path / WEIGHTS_FILE)) if self.rank == 0 else None
-        fsdp.load_full_into(self.policy.trainable_state_dict(), weights, self.rank, str(path / WEIGHTS_FILE))
-        optim = torch.load(path / OPTIM_FILE, weights_only=True) if self.rank == 0 else {}
-        fsdp.load_full_optimizer_state_dict(self.policy, self.optimizer, optim)
-        box = [torch.load(path / STATE_FILE, weights_only=True)] if self.rank == 0 else [None]
-        dist.broadcast_object_list(box, src=0)
-        state = box[0]
-        self.scheduler.load_state_dict(state["scheduler"])
-        self._shuffle.set_state(state["shuffle"])
-        if self.sft_sampler is not None and state.get("sft_sampler") is not None:
-            self.sft_sampler.load_state_dict(state["sft_sampler"])
-        if self.value_replay is not None:
-            self.value_replay.load_state_dict(state.get("value_replay") or [])
-        self.version = int(state["version"])
-        if state["world_size"] != self.world_size:
-            log.warning("actor checkpoint was written by %d ranks, resuming on %d: per-rank RNG streams are reassigned",
-                        state["world_size"], self.world_size)
-        restore_rng_state(state["rng"][self.rank % state["world_size"]])
-        return self.version
+        return checkpoint.load(self, actor_dir, self._io_group)
 
     def shutdown(self) -> None:
         if dist.is_initialized():
@@ -402,11 +376,11 @@ def _extreme(name: str) -> str | None:
     return "max" if name.endswith("_max") else "min" if name.endswith("_min") else None
 
 
-def _combine(name: str, acc: float | None, value: float) -> float:
+def _combine(name: str, acc: torch.Tensor | None, value: torch.Tensor) -> torch.Tensor:
     if acc is None:
         return value
     kind = _extreme(name)
-    return max(acc, value) if kind == "max" else min(acc, value) if kind == "min" else acc + value
+    return torch.maximum(acc, value) if kind == "max" else torch.minimum(acc, value) if kind == "min" else acc + value
 
 
 def _to_device(x, device: torch.device):
