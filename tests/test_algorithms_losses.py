@@ -194,9 +194,9 @@ def test_metrics_are_computed_on_the_device_without_a_host_read():
     torch.manual_seed(1)
     B, L, K = 4, 6, 2
     mask = torch.rand(B, L) > 0.3
-    inputs = dict(logprobs=-torch.rand(B, L), old_logprobs=-torch.rand(B, L), advantages=torch.randn(B, L), loss_mask=mask,
-                  entropy=torch.rand(B, L), values=torch.randn(B, K), old_values=torch.randn(B, K), returns=torch.randn(B, K),
-                  ref_logprobs=-torch.rand(B, L))
+    inputs = {"logprobs": -torch.rand(B, L), "old_logprobs": -torch.rand(B, L), "advantages": torch.randn(B, L), "loss_mask": mask,
+                  "entropy": torch.rand(B, L), "values": torch.randn(B, K), "old_values": torch.randn(B, K), "returns": torch.randn(B, K),
+                  "ref_logprobs": -torch.rand(B, L)}
     cfg = AlgorithmConfig(use_kl_loss=True, early_stop_imp_ratio=5.0)
     reads = ("item", "tolist", "__float__", "__int__", "__bool__")
     originals = {name: getattr(torch.Tensor, name) for name in reads}
