@@ -39,13 +39,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, installed or not
 
-from embodied_rl.algorithms import compute_advantages
 from embodied_rl.config.schema import RootConfig
 from embodied_rl.models import build_policy
 from embodied_rl.models.create import create_model
 from embodied_rl.types import EnvObservation
+from tests.rollout_batch import make_rollout_batch
 
-IMAGE, T, N = 64, 4, 4  # image size; chunk steps x envs of the synthetic rollout batch
+IMAGE = 64  # camera pixels of the tiny preset the smoke writes
 OPTIONAL = ("ray", "mani_skill", "vllm", "flash_attn", "transformers", "peft", "timm", "safetensors")
 
 
@@ -155,7 +155,7 @@ class Smoke:
         from embodied_rl.workers.actor.worker import ActorWorker
 
         cfg = self.root_cfg()
-        batch = self.rollout_batch(cfg)
+        batch = make_rollout_batch(cfg)
         self.worker = ActorWorker(cfg, 0, 1)
         info = self.worker.setup("127.0.0.1", fsdp.free_port())
         before = self.policy_weights()
@@ -205,26 +205,7 @@ class Smoke:
             raise AssertionError(f"the reloaded export differs from the trained policy: max |d logprob| {diff:.2e}")
         return f"weight version {version}, {len(sd)} tensors exported and rebuilt on {self.device.type}: max |d logprob| {diff:.1e}"
 
-    # ---- data ----------------------------------------------------------------------
-    def rollout_batch(self, cfg: RootConfig) -> dict:
-        """A time-major batch [T, N, ...] as the runtime hands the actor: the policy's own samples
-        and values, the advantages of random rewards."""
-        torch.manual_seed(cfg.actor.seed)
-        policy = build_policy(cfg.actor.model, device="cpu", dtype=torch.float32, init_seed=cfg.actor.seed,
-                              warn_untrained_value_head=False).eval()
-        gen = torch.Generator().manual_seed(0)
-        with torch.no_grad():
-            out = policy.predict(policy.prepare_inputs(self.observations(T * N)), do_sample=True, compute_values=True, generator=gen)
-        tm = lambda x: x.reshape(T, N, *x.shape[1:])
-        values = tm(out.values)
-        rollout = {"rewards": torch.rand(T, N, cfg.actor.model.num_action_chunks, generator=gen),
-                   "dones": torch.zeros(T, N, cfg.actor.model.num_action_chunks, dtype=torch.bool),
-                   "logprobs": tm(out.logprobs), "values": torch.cat([values, values[-1:]])}
-        adv = compute_advantages(cfg.algorithm, rollout, action_dim=cfg.actor.model.action_dim, auto_reset=True)
-        return {"forward_inputs": {k: tm(v) for k, v in out.forward_inputs.items()}, "action_tokens": tm(out.action_tokens),
-                "logprobs": tm(out.logprobs), "advantages": adv["advantages"], "loss_mask": adv["loss_mask"],
-                "values": values, "returns": adv["returns"], "value_mask": adv["value_mask"]}
-
+    # ---- helpers of the worker checks ------------------------------------------------
     def policy_weights(self) -> torch.Tensor:
         return torch.cat([p.detach().full_tensor().float().flatten().cpu() for p in self.worker.policy.parameters()])
 

@@ -12,23 +12,18 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import ray
 import torch
 
-from embodied_rl.algorithms import compute_advantages
 from embodied_rl.config import RootConfig
 from embodied_rl.config.loader import deep_merge
 from embodied_rl.config.overrides import apply_override, parse_override
 from embodied_rl.configure import config_from_dict
 from embodied_rl.distributed.worker_group import gather_ranks
-from embodied_rl.models import build_policy
 from embodied_rl.models.create import create_model
-from embodied_rl.types import EnvObservation
 from embodied_rl.workers.actor import fsdp
 from embodied_rl.workers.actor.worker import ActorWorker
-
-T, N = 4, 4  # chunk steps x envs -> 16 samples
+from tests.rollout_batch import make_rollout_batch  # noqa: F401  (the actor tests import it from here)
 
 
 def make_tiny_model(dirpath: Path) -> Path:
@@ -54,50 +49,6 @@ def actor_config(model_path: Path, *overrides: str):
     for ov in overrides:
         apply_override(tree, parse_override(ov))
     return config_from_dict(tree, plan=False)  # the actor tests size their own groups
-
-
-def make_rollout_batch(cfg, seed: int = 0) -> dict:
-    """A time-major batch [T, N, ...] as the runtime produces it, from real policy calls."""
-    gen = torch.Generator().manual_seed(seed)
-    rng = np.random.default_rng(seed)
-    # The actor seeds with actor.seed before building (LoRA init) and builds the value head from
-    # init_seed=actor.seed, so this policy equals the actor's initial one, as after the runtime's
-    # initial weight sync.
-    torch.manual_seed(cfg.actor.seed)
-    policy = build_policy(cfg.actor.model, device="cpu", dtype=torch.float32, init_seed=cfg.actor.seed).eval()
-    size = policy.arch.image_size
-    obs = EnvObservation(
-        main_images=rng.integers(0, 256, size=(T * N, size, size, 3), dtype=np.uint8),
-        states=rng.standard_normal((T * N, 8)).astype(np.float32),
-        task_descriptions=["pick up the cube"] * (T * N),
-    )
-    if cfg.actor.model.value_input == "privileged_state":
-        obs.privileged_states = rng.standard_normal((T * N, cfg.actor.model.privileged_state_dim)).astype(np.float32)
-    with torch.no_grad():
-        inputs = policy.prepare_inputs(obs)
-        out = policy.predict(inputs, do_sample=True, temperature=1.0, top_k=0, compute_values=True, generator=gen)
-    tm = lambda x: x.reshape(T, N, *x.shape[1:])
-    c = cfg.actor.model.num_action_chunks
-    rollout = {
-        "rewards": torch.rand(T, N, c, generator=gen),
-        "dones": torch.zeros(T, N, c, dtype=torch.bool),
-        "logprobs": tm(out.logprobs),
-    }
-    rollout["dones"][1, 0, -1] = True
-    if cfg.algorithm.uses_critic:
-        values = tm(out.values)
-        rollout["values"] = torch.cat([values, values[-1:]], dim=0)  # [T + 1, N, K]
-    adv = compute_advantages(cfg.algorithm, rollout, action_dim=cfg.actor.model.action_dim, auto_reset=True)
-    batch = {
-        "forward_inputs": {k: tm(v) for k, v in out.forward_inputs.items()},
-        "action_tokens": tm(out.action_tokens),
-        "logprobs": tm(out.logprobs),
-        "advantages": adv["advantages"],
-        "loss_mask": adv["loss_mask"],
-    }
-    if cfg.algorithm.uses_critic:
-        batch.update(values=values, returns=adv["returns"], value_mask=adv["value_mask"])
-    return batch
 
 
 class Host:

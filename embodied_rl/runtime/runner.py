@@ -100,16 +100,14 @@ class EmbodiedRunner:
                                    first_mode=first_mode(cfg, resuming=bool(resume_dir)), adopt_session=adopt_session)
         write_environment(self.run_dir, self.groups.env.simulator_facts().wait())
         self.groups.record_placement(self.run_dir)
-        if self.sft:
-            from embodied_rl.demos.sft_data import sft_statistics
+        if cfg.data.train_data_paths and not cfg.runner.only_eval:  # SFT, or RL's BC term (demos/checks.py)
+            if self.sft:  # the policy adopts the demos' statistics; RL's BC term bins with the policy's own
+                from embodied_rl.demos.sft_data import sft_statistics
 
-            self._use_statistics(sft_statistics(cfg))
-            n = self.groups.actor.load_demos(self.dataset_statistics).wait()[0]
-            log.info("SFT on %d demo samples from %s", n, ", ".join(cfg.data.train_data_paths))
-        elif cfg.algorithm.bc_coef > 0 and not cfg.runner.only_eval:
-            n = self.groups.actor.load_demos(None).wait()[0]
-            log.info("behaviour-cloning term (algorithm.bc_coef=%g) on %d demo samples from %s", cfg.algorithm.bc_coef, n,
-                     ", ".join(cfg.data.train_data_paths))
+                self._use_statistics(sft_statistics(cfg))
+            n = self.groups.actor.load_demos(self.dataset_statistics if self.sft else None).wait()[0]
+            log.info("%s on %d demo samples from %s", "SFT" if self.sft else f"behaviour-cloning term (algorithm.bc_coef={cfg.algorithm.bc_coef:g})",
+                     n, ", ".join(cfg.data.train_data_paths))
         if resume_dir:
             self._resume(resume_dir)
         elif cfg.runner.ckpt_path:

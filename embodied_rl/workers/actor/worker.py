@@ -138,8 +138,9 @@ class ActorWorker:
 
     def train_step(self, batch: dict) -> dict[str, float]:
         """`algorithm.update_epoch` passes over the batch, one optimizer step per global
-        minibatch (with the BC term on demos when they are loaded, after critic warm-up), then (with algorithm.critic_replay_steps) the critic's replay pass, then one
-        LR-scheduler step. Returns metrics averaged over all ranks."""
+        minibatch (plus the BC term on demos when they are loaded, after critic warm-up), then
+        (with algorithm.critic_replay_steps) the critic's replay pass, then one LR-scheduler
+        step. Returns metrics averaged over all ranks."""
         self._require_setup()
         self.onload()
         algo, a = self.cfg.algorithm, self.cfg.actor
@@ -167,7 +168,7 @@ class ActorWorker:
                     n_micro += 1
                 if bc:
                     for k, v in self._backward_demos(coef=algo.bc_coef).items():
-                        bc_sums[k] = bc_sums[k] + v if k in bc_sums else v
+                        bc_sums[k] = bc_sums.get(k, 0.0) + v
                 norm = self._clip_and_step(critic_only=warmup)
                 n_steps += 1
                 skipped += not math.isfinite(norm)
@@ -253,7 +254,7 @@ class ActorWorker:
             loss, metrics = sft_loss(out["logprobs"].float(), mask.to(self.device))
             self._backward(coef * loss / len(micros), sync=i == len(micros) - 1)
             for k, v in metrics.items():
-                sums[k] = sums[k] + v.double() / len(micros) if k in sums else v.double() / len(micros)
+                sums[k] = sums.get(k, 0.0) + v.double() / len(micros)
         return sums
 
     def _backward(self, loss: torch.Tensor, sync: bool) -> None:
