@@ -11,6 +11,7 @@ import dataclasses
 import io
 
 import pytest
+import ray
 import torch
 
 from embodied_rl.config.schema.env import EnvConfig
@@ -157,12 +158,18 @@ def test_eval_scorings_share_states_and_sampling_is_seeded(workers):
 
 def test_weight_versions_must_increase(workers, model_cfg):
     rollouts = workers[1]
+    from embodied_rl.distributed.weight_sync import make_buckets
     from embodied_rl.models import build_policy
 
     sd = build_policy(model_cfg).trainable_state_dict()
     assert rollouts.update_weights(sd, 1).wait() == [1]
     with pytest.raises(WorkerError, match="stale or duplicate"):
         rollouts.update_weights(sd, 1).wait()
+    # What the runner passes: references to buckets, which the workers fetch one at a time.
+    refs = [ray.put(b) for b in make_buckets(sd.items(), bucket_bytes=2**16)]
+    assert len(refs) > 1 and rollouts.update_weights(refs, 2).wait() == [2]
+    with pytest.raises(WorkerError, match="never arrived"):
+        rollouts.update_weights(refs[1:], 3).wait()
 
 
 def test_worker_error_names_group_and_rank(workers):

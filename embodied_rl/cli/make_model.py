@@ -14,7 +14,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="embodied-rl make-model", description=(
         "Write a randomly initialised OpenVLA-OFT checkpoint (config.json, safetensors, tokenizer, "
         "dataset_statistics.json with identity statistics) that loads like an official one."))
-    p.add_argument("preset", choices=sorted(PRESETS), help="architecture: tiny (~0.4M params) or openvla-7b (~7.5B, ~30 GB on disk)")
+    p.add_argument("preset", choices=sorted(PRESETS), help="architecture: tiny (~0.4M params), small (~45M) or openvla-7b (~7.5B, ~30 GB on disk)")
     p.add_argument("out_dir", type=Path, help="directory to create (must be empty or absent)")
     p.add_argument("--image-size", type=int, default=224, help="input side in pixels (224 = official; 56-64 for fast CPU runs)")
     p.add_argument("--num-images", type=int, choices=(1, 2), default=1, help="cameras the model is made for (2 = third-person + wrist); recorded in config.json and checked at load")

@@ -7,7 +7,7 @@ them on an FSDP-wrapped policy therefore gathers parameters correctly.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,6 +99,14 @@ class BasePolicy(nn.Module):
     @abstractmethod
     def load_trainable_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
         """Inverse of trainable_state_dict (exact key set; a mismatch is an error)."""
+
+    def load_trainable_buckets(self, buckets: Iterable[dict[str, torch.Tensor]]) -> int:
+        """Load the trainable tensors from a sequence of buckets (parts of trainable_state_dict's
+        keys, each key once; distributed/weight_sync.py), copying each bucket into the weights in
+        place and dropping it before the next is taken. Returns the number of buckets."""
+        from embodied_rl.distributed.weight_sync import load_buckets
+
+        return load_buckets(lambda part: self.load_state_dict(part, strict=False), buckets, self.trainable_state_dict())
 
     def set_dataset_statistics(self, stats: dict[str, Any]) -> None:
         """Use these action/proprio normalisation statistics (one `dataset_statistics` entry)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -36,6 +36,8 @@ class RolloutPolicy(Protocol):
                 generator: GeneratorLike = None) -> PolicyOutput: ...
 
     def load_trainable_state_dict(self, sd: dict[str, torch.Tensor]) -> None: ...
+
+    def load_trainable_buckets(self, buckets: Iterable[dict[str, torch.Tensor]]) -> int: ...
 
     def set_dataset_statistics(self, stats: dict[str, Any]) -> None: ...
 

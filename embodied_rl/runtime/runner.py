@@ -198,11 +198,12 @@ class EmbodiedRunner:
         return metrics
 
     def _sync_weights(self) -> None:
-        """Actor rank 0 puts the weights in its object store; the rollout workers fetch them
-        from there (the driver passes the reference only). With actor.enable_offload the actor's
-        training state then leaves the GPU until its next training call."""
-        (ref,), version = self.groups.actor.share_trainable_state_dict().wait()[0]
-        self.groups.rollout.update_weights(ref, version).wait()
+        """Actor rank 0 puts the weights in its object store, in buckets in the rollout's dtype;
+        the rollout workers fetch and load them one bucket at a time (the driver passes the
+        references only). With actor.enable_offload the actor's training state then leaves the
+        GPU until its next training call."""
+        refs, version = self.groups.actor.share_trainable_state_dict().wait()[0]
+        self.groups.rollout.update_weights(refs, version).wait()
         self.version = version
         if self.cfg.actor.enable_offload:  # every sync precedes rollouts: they get the GPU memory back
             self.groups.actor.offload().wait()  # the next training call moves the state back first

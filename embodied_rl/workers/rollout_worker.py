@@ -28,6 +28,7 @@ import torch
 from embodied_rl.config.schema.model import ModelConfig
 from embodied_rl.distributed.channel import Channel
 from embodied_rl.distributed.placement import rollout_rank_of
+from embodied_rl.distributed.weight_sync import received_buckets
 from embodied_rl.models.generators import DeviceGenerators
 from embodied_rl.timing import Timer
 from embodied_rl.types import EnvObservation
@@ -237,11 +238,14 @@ class RolloutWorker:
         )
 
     # ------------------------------------------------------------------ weights / memory
-    def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> int:
-        """Load the actor's trainable tensors; versions must strictly increase."""
+    def update_weights(self, weights: dict[str, torch.Tensor] | list[ray.ObjectRef], version: int) -> int:
+        """Load the actor's trainable tensors; versions must strictly increase. `weights`: the
+        whole state dict, or references to its buckets (distributed/weight_sync.py), fetched one
+        at a time and copied into the policy where it lives (device or, offloaded, host), so
+        this worker never holds more than one bucket beside its weights."""
         if version <= self.version:
             raise ValueError(f"rollout worker {self.rank}: weight version {version} is stale or duplicate (have {self.version})")
-        self.policy.load_trainable_state_dict({k: v.to(self.device) for k, v in state_dict.items()})
+        self.policy.load_trainable_buckets(received_buckets(weights))
         self.version = version
         return version
 

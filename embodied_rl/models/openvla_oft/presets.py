@@ -1,4 +1,5 @@
-"""Architecture presets for random-init models: `tiny` (CPU tests, fast runs) and `openvla-7b`.
+"""Architecture presets for random-init models: `tiny` (CPU tests, fast runs), `small` (memory
+measurements) and `openvla-7b`.
 
 A preset yields what a checkpoint directory holds besides weights: the config.json
 contents, a tokenizer and dataset statistics. Statistics use q01 = -1, q99 = +1 under the
@@ -45,12 +46,25 @@ def tiny_arch(image_size: int = 224, base_vocab: int = 512) -> OpenVLAArchConfig
     )
 
 
+def small_arch(image_size: int = 224) -> OpenVLAArchConfig:
+    """The tiny wiring at ~45M parameters (ViT 256-d x 6 blocks per tower, LLM 512-d x 8 layers,
+    8K vocabulary): big enough that memory measurements of whole-model copies stand out."""
+    base_vocab = 8192
+    return OpenVLAArchConfig(
+        text_config=_llama(base_vocab + 64, 512, 1376, 8, 8, base_vocab),
+        timm_model_ids=list(DINOSIGLIP_TIMM_IDS),
+        image_sizes=[image_size, image_size],
+        pad_token_id=base_vocab,
+        timm_override_args=[{"embed_dim": 256, "depth": 6, "num_heads": 4}, {"embed_dim": 256, "depth": 6, "num_heads": 4}],
+    )
+
+
 def openvla_7b_arch(image_size: int = 224) -> OpenVLAArchConfig:
     """openvla-7b dimensions: DINOv2 ViT-L/14 + SigLIP So400m/14, Llama-2-7B (vocab padded to 32064)."""
     return OpenVLAArchConfig(text_config=_llama(32064, 4096, 11008, 32, 32, 32000), image_sizes=[image_size, image_size])
 
 
-PRESETS = {"tiny": tiny_arch, "openvla-7b": openvla_7b_arch}
+PRESETS = {"tiny": tiny_arch, "small": small_arch, "openvla-7b": openvla_7b_arch}
 
 
 def make_preset(name: str, *, image_size: int = 224, action_dim: int = 7, proprio_dim: int = 8,

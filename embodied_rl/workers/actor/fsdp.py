@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator
 from datetime import timedelta
 
 import torch
@@ -151,12 +152,19 @@ def full_model_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
 def gather_full(sd: dict[str, torch.Tensor], rank: int) -> dict[str, torch.Tensor] | None:
     """Full CPU copies of a (possibly sharded) state dict on rank 0, None elsewhere. Collective:
     every rank must pass the same keys in the same order (a policy's state dict is ordered)."""
-    out: dict[str, torch.Tensor] = {}
+    out = {name: full.detach().to("cpu", copy=True) for name, full in iter_full(sd, rank)}
+    return out if rank == 0 else None
+
+
+def iter_full(sd: dict[str, torch.Tensor], rank: int) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, full tensor on the shards' device) one at a time on rank 0; nothing elsewhere, but
+    every rank must exhaust it (each tensor is all-gathered in turn: a collective, same keys in
+    the same order everywhere). Only one gathered tensor is alive at a time on any rank."""
     for name, value in sd.items():
         full = value.full_tensor() if isinstance(value, DTensor) else value
         if rank == 0:
-            out[name] = full.detach().to("cpu", copy=True)
-    return out if rank == 0 else None
+            yield name, full
+        del full
 
 
 def move_training_state(model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device) -> None:

@@ -33,7 +33,9 @@ from embodied_rl.algorithms import (
 from embodied_rl.algorithms.losses import fit_value_loss
 from embodied_rl.algorithms.sft import sft_loss
 from embodied_rl.distributed.rng import seed_everything
+from embodied_rl.distributed.weight_sync import make_buckets
 from embodied_rl.models import build_policy
+from embodied_rl.models.registry import PRECISION_DTYPES
 from embodied_rl.timing import Timer
 from embodied_rl.workers.actor import checkpoint, fsdp
 from embodied_rl.workers.actor.batch import (
@@ -330,13 +332,19 @@ class ActorWorker:
         return fsdp.gather_full(self.policy.trainable_state_dict(), self.rank), self.version
 
     def share_trainable_state_dict(self) -> tuple[list[ray.ObjectRef] | None, int]:
-        """get_trainable_state_dict, with rank 0's tensors put in its node's object store:
-        [reference] on rank 0, None elsewhere; the rollout workers fetch them from there, never
-        through the driver. Collective."""
+        """The trainable weights in buckets (distributed/weight_sync.py) in the rollout's dtype
+        (actor.model.precision), each put in rank 0's node object store as it fills: references
+        to them in order on rank 0, None elsewhere; plus the weight version. The rollout workers
+        fetch them from there, never through the driver. Rank 0 holds one bucket at a time.
+        Collective."""
         import ray
 
-        sd, version = self.get_trainable_state_dict()
-        return ([ray.put(sd)] if sd is not None else None), version
+        self._require_setup()
+        self.onload()
+        dtype = PRECISION_DTYPES[self.cfg.actor.model.precision]
+        gathered = fsdp.iter_full(self.policy.trainable_state_dict(), self.rank)
+        refs = [ray.put(bucket) for bucket in make_buckets(gathered, dtype)]
+        return (refs if self.rank == 0 else None), self.version
 
     def offload(self) -> None:
         """Move weights, gradients and optimizer state to CPU (only with actor.enable_offload)."""

@@ -18,6 +18,7 @@ import dataclasses
 import json
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -184,32 +185,52 @@ class VLLMOpenVLAOFT:
         return self.host._trainable_keys()
 
     def load_trainable_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
-        """The HF policy's trainable_state_dict -> engine + heads, in place. Full fine-tuning: every
-        tensor, the core ones straight into the engine. LoRA: adapters and heads into the host
-        policy, then the core with the adapters folded in into the engine."""
-        if self.model_cfg.is_lora:
-            self.host.load_trainable_state_dict({k: v.cpu() for k, v in sd.items()})
-            self._write_core(lora.merged_state_dict(self.host.vla))
-            self.weight_version += 1
-            return
+        """The HF policy's trainable_state_dict -> engine + heads, in place (one bucket)."""
         expected = set(self.trainable_keys())
         if set(sd) != expected:
             missing, extra = sorted(expected - set(sd)), sorted(set(sd) - expected)
             raise ValueError(f"trainable state dict mismatch: missing {missing[:5]}, unexpected {extra[:5]}")
-        self._write_core({k.removeprefix(CORE_PREFIX): v for k, v in sd.items() if k.startswith(CORE_PREFIX)})
-        heads = {k: v for k, v in sd.items() if not k.startswith(CORE_PREFIX)}
-        for name, module in self.host.components().items():
-            if module is not None:
-                prefix = f"{name}."
-                module.load_state_dict({k.removeprefix(prefix): v.cpu() for k, v in heads.items() if k.startswith(prefix)})
-        self.weight_version += 1
+        self.load_trainable_buckets([sd])
 
-    def _write_core(self, weights: dict[str, torch.Tensor]) -> None:
-        """Core tensors under the checkpoint's names into the running engine, in place."""
-        core = [(k, v.detach().cpu()) for k, v in weights.items()]
+    def load_trainable_buckets(self, buckets: Iterable[dict[str, torch.Tensor]]) -> int:
+        """Buckets of the HF policy's trainable_state_dict (distributed/weight_sync.py) -> engine +
+        heads, in place, one bucket at a time. Full fine-tuning: the core tensors of each bucket go
+        straight into the engine (its load_weights copies them), the heads into the host policy.
+        LoRA: adapters and heads into the host policy, then, once all arrived, the core with the
+        adapters folded in into the engine. Returns the number of buckets."""
+        from embodied_rl.distributed.weight_sync import load_buckets
+
+        keys = self.trainable_keys()
+        if self.model_cfg.is_lora:
+            count = load_buckets(lambda part: self.host.load_state_dict(part, strict=False), buckets, keys)
+            self._write_core(lora.merged_state_dict(self.host.vla))
+        else:
+            count = load_buckets(self._load_part, buckets, keys)
+            self._reset_encoder_cache()
+        self.weight_version += 1
+        return count
+
+    def _load_part(self, part: dict[str, torch.Tensor]) -> None:
+        core = {k.removeprefix(CORE_PREFIX): v for k, v in part.items() if k.startswith(CORE_PREFIX)}
+        if core:
+            self._write_core(core, reset_cache=False)
+        for name, module in self.host.components().items():
+            prefix = f"{name}."
+            heads = {k.removeprefix(prefix): v for k, v in part.items() if k.startswith(prefix)}
+            if module is not None and heads:
+                module.load_state_dict(heads, strict=False)
+
+    def _write_core(self, weights: dict[str, torch.Tensor], reset_cache: bool = True) -> None:
+        """Core tensors under the checkpoint's names into the running engine, in place (the
+        engine's load_weights copies each into its parameter, in its dtype, on its device)."""
+        core = [(k, v.detach()) for k, v in weights.items()]
         n_loaded = self.llm.apply_model(lambda model: len(model.load_weights(core)))
         if n_loaded != [len(core)]:
             raise RuntimeError(f"weight sync loaded {n_loaded} of {len(core)} core tensors into the vLLM engine")
+        if reset_cache:
+            self._reset_encoder_cache()
+
+    def _reset_encoder_cache(self) -> None:
         # vLLM keeps vision embeddings by image hash across requests: an image seen before the sync
         # would otherwise reuse features of the old weights (the e2e test caught exactly that).
         self.llm.llm_engine.reset_encoder_cache()
