@@ -135,6 +135,13 @@ class BasePolicy(nn.Module):
         """Write a checkpoint that `from_checkpoint(out_dir, model_cfg)` restores exactly."""
 
     @classmethod
+    def skeleton(cls, path: str | Path, model_cfg: ModelConfig, *, device: torch.device | str,
+                 dtype: torch.dtype = torch.float32) -> BasePolicy:
+        """from_checkpoint's module tree with parameters and persistent buffers on the meta
+        device (non-persistent buffers real), for loading shard by shard; see the OFT policy."""
+        raise NotImplementedError(f"{cls.__name__} cannot be built on the meta device")
+
+    @classmethod
     def from_preset(cls, preset: str, model_cfg: ModelConfig, *, device: torch.device | str = "cpu",
                     dtype: torch.dtype | None = None, **preset_kwargs: Any) -> BasePolicy:
         """Random-init policy of a named architecture preset; policies without presets refuse."""

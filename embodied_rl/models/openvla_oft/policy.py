@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import json
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from functools import partial
@@ -311,6 +312,36 @@ class OpenVLAOFTPolicy(BasePolicy):
                         dtype: torch.dtype | None = None, warn_untrained_value_head: bool = True,
                         init_seed: int = 0) -> OpenVLAOFTPolicy:
         path, device = Path(path), torch.device(device)
+        policy = cls._on_meta(path, model_cfg, device)
+        core = policy.vla
+        state = ckpt.read_state_dict(path)
+        embedded = pop_embedded_critic(state)  # RLinf saves its critic inside the main weights
+        ckpt.load_exact(core, state, str(path), assign=True)
+        core.rebuild_buffers()
+        load_components(policy.components(), path, embedded, warn_untrained_value_head, init_seed)
+        ckpt.check_materialized(policy)
+        return policy._finish(policy._adapter_dir(path), device, dtype)
+
+    @classmethod
+    def skeleton(cls, path: str | Path, model_cfg: OpenVLAOFTConfig, *, device: torch.device | str,
+                 dtype: torch.dtype = torch.float32) -> OpenVLAOFTPolicy:
+        """The module tree from_checkpoint(path) builds (LoRA wrapping and gradient checkpointing
+        included), every parameter and persistent buffer on the meta device in `dtype`: nothing
+        read, nothing allocated. The non-persistent buffers (RoPE frequencies, which no checkpoint
+        holds) are real fp32 CPU tensors. `device`: where the policy will run (the attention
+        kernel is checked against it). For sharded loading (workers/actor/fsdp.py)."""
+        path, device = Path(path), torch.device(device)
+        policy = cls._on_meta(path, model_cfg, device)
+        with warnings.catch_warnings():
+            # peft loads saved adapters into the meta tensors, a no-op: their values come with the weights.
+            warnings.filterwarnings("ignore", message=".*copying from a non-meta parameter.*to a meta parameter")
+            policy._finish(policy._adapter_dir(path), torch.device("meta"), dtype)
+        lora.unwrap(policy.vla).rebuild_buffers()
+        return policy
+
+    @classmethod
+    def _on_meta(cls, path: Path, model_cfg: OpenVLAOFTConfig, device: torch.device) -> OpenVLAOFTPolicy:
+        """The policy of the checkpoint at `path`, built on the meta device, before any weight or LoRA."""
         check_attn_implementation(model_cfg.attn_implementation, device)
         arch = OpenVLAArchConfig.load(path)
         stats = load_dataset_statistics(path)
@@ -319,18 +350,13 @@ class OpenVLAOFTPolicy(BasePolicy):
         # The generic fast tokenizer reads tokenizer.json directly: no AutoConfig lookup, no remote code.
         tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path))
         with torch.device("meta"):  # no random init of billions of weights: the checkpoint provides them
-            policy = cls(model_cfg, arch, tokenizer, stats, checkpoint_norm_stats(path))
-        core = policy.vla
-        state = ckpt.read_state_dict(path)
-        embedded = pop_embedded_critic(state)  # RLinf saves its critic inside the main weights
-        ckpt.load_exact(core, state, str(path), assign=True)
-        core.rebuild_buffers()
-        load_components(policy.components(), path, embedded, warn_untrained_value_head, init_seed)
-        ckpt.check_materialized(policy)
-        adapter_dir = model_cfg.lora_path or (path / lora.ADAPTER_DIR if (path / lora.ADAPTER_DIR).is_dir() else None)
-        if adapter_dir is not None and not model_cfg.is_lora:
+            return cls(model_cfg, arch, tokenizer, stats, checkpoint_norm_stats(path))
+
+    def _adapter_dir(self, path: Path) -> Path | str | None:
+        adapter_dir = self.model_cfg.lora_path or (path / lora.ADAPTER_DIR if (path / lora.ADAPTER_DIR).is_dir() else None)
+        if adapter_dir is not None and not self.model_cfg.is_lora:
             raise ConfigError(f"{path} holds LoRA adapters ({lora.ADAPTER_DIR}/): set actor.model.is_lora=true, or load a merged export")
-        return policy._finish(adapter_dir, device, dtype)
+        return adapter_dir
 
     def _finish(self, adapter_dir: str | Path | None, device: torch.device, dtype: torch.dtype | None) -> OpenVLAOFTPolicy:
         """LoRA, gradient checkpointing, placement: the steps shared by checkpoint and preset builds."""

@@ -21,13 +21,19 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
+    set_model_state_dict,
 )
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from embodied_rl.errors import ConfigError
-from embodied_rl.models.registry import PRECISION_DTYPES
+from embodied_rl.models.registry import (
+    PRECISION_DTYPES,
+    build_policy,
+    policy_class,
+    with_runnable_attention,
+)
 
 
 def free_port() -> int:
@@ -122,6 +128,39 @@ def apply_fsdp2(policy: nn.Module, fsdp_cfg, world_size: int, device: torch.devi
             fully_shard(unit, **kwargs)
     # The root's parameters are needed again right at the start of backward: keep them gathered.
     fully_shard(policy, **{**kwargs, "reshard_after_forward": False})
+    return policy
+
+
+def build_sharded_policy(model_cfg, fsdp_cfg, *, rank: int, world_size: int, device: torch.device, init_seed: int,
+                         warn_untrained_value_head: bool) -> nn.Module:
+    """The policy of `model_cfg` in fp32, sharded with apply_fsdp2, without a full copy on any
+    accelerator and with one full copy in host memory on rank 0 only. Collective.
+
+    Every rank builds the module tree on the meta device (policy `skeleton`), shards it and
+    allocates only its shards (`to_empty`: on the CPU under cpu_offload, else on `device`).
+    Rank 0 alone reads the checkpoint into a CPU policy built as from_checkpoint builds it
+    (random parts seeded by `init_seed`), and torch's `set_model_state_dict(full_state_dict,
+    broadcast_from_rank0)` sends it tensor by tensor, every rank keeping its shard: weights
+    identical to building the whole policy on each rank and sharding it. Non-persistent buffers
+    (RoPE frequencies) come from the skeleton, computed as from_checkpoint computes them."""
+    policy = policy_class(model_cfg.model_type).skeleton(model_cfg.model_path, model_cfg, device=device, dtype=torch.float32)
+    computed = {name: buf.detach().clone() for name, buf in policy.named_buffers() if not buf.is_meta}
+    apply_fsdp2(policy, fsdp_cfg, world_size, device)
+    policy.to_empty(device=torch.device("cpu") if fsdp_cfg.cpu_offload else device)
+    for name, buf in computed.items():  # to_empty left them uninitialised
+        owner, _, attr = name.rpartition(".")
+        setattr(policy.get_submodule(owner), attr, buf.to(getattr(policy.get_submodule(owner), attr).device))
+    full: dict[str, torch.Tensor] = {}
+    if rank == 0:
+        torch.manual_seed(init_seed)  # as the eager build: the random parts (value head, LoRA) match it
+        # Built on the CPU: flash-attn cannot run there, and the kernel plays no part in the weights.
+        cpu = torch.device("cpu")
+        full = build_policy(with_runnable_attention(model_cfg, cpu), device=cpu, dtype=torch.float32, init_seed=init_seed,
+                            warn_untrained_value_head=warn_untrained_value_head).state_dict()
+    set_model_state_dict(policy, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    del full
+    if device.type == "cuda":
+        torch.cuda.empty_cache()  # the broadcast's full-size staging tensors
     return policy
 
 

@@ -34,7 +34,6 @@ from embodied_rl.algorithms.losses import fit_value_loss
 from embodied_rl.algorithms.sft import sft_loss
 from embodied_rl.distributed.rng import seed_everything
 from embodied_rl.distributed.weight_sync import make_buckets
-from embodied_rl.models import build_policy
 from embodied_rl.models.registry import PRECISION_DTYPES
 from embodied_rl.timing import Timer
 from embodied_rl.workers.actor import checkpoint, fsdp
@@ -91,18 +90,14 @@ class ActorWorker:
         fsdp.check_precision(a.fsdp_config, self.device)
         fsdp.init_process_group(self.rank, self.world_size, master_addr, master_port, self.device)
         self._io_group = checkpoint.io_group()
-        # Same seed on every rank: each rank builds the full policy and keeps its shard, so
-        # randomly initialised parts (value head, LoRA) must be identical everywhere.
-        torch.manual_seed(a.seed)
         # fp32 master weights; the compute dtype is fsdp_config.mixed_precision.param_dtype.
-        # Built on the training device (flash_attention_2 is checked against it), so a GPU
-        # briefly holds the full fp32 model before fully_shard frees all but this rank's shard.
-        # Every rank builds the same fresh value head: rank 0 says so for the run.
-        policy = build_policy(a.model, device=self.device, dtype=torch.float32, init_seed=a.seed,
-                              warn_untrained_value_head=self.rank == 0)
-        policy.train()
+        # Built on the meta device and sharded before anything is allocated: each rank holds
+        # only its shards; rank 0 reads the checkpoint (and makes the random parts, seeded) on
+        # the CPU and broadcasts it. Rank 0 says so for the run when the value head is fresh.
+        policy = fsdp.build_sharded_policy(a.model, a.fsdp_config, rank=self.rank, world_size=self.world_size,
+                                           device=self.device, init_seed=a.seed, warn_untrained_value_head=self.rank == 0)
         seed_everything(a.seed + self.rank)  # from here on, each rank has its own streams (e.g. dropout)
-        self.policy = fsdp.apply_fsdp2(policy, a.fsdp_config, self.world_size, self.device)
+        self.policy = policy.train()
         self._defer_sync = fsdp.defers_gradient_sync(self.policy, a.fsdp_config, self.world_size)
         self.optimizer = build_optimizer(self.policy, a.optim)
         self.scheduler = build_scheduler(self.optimizer, a.optim, self.cfg.runner.max_steps)
