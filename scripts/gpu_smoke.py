@@ -18,6 +18,11 @@ Checks, in order (each builds on the model the first one writes):
   sft_step     three SFT steps of the same worker on synthetic demo samples: the NLL falls
   export       the trained weights gathered, exported in the official layout, rebuilt on the
                device: the same log-probs as the trained policy
+  weight_sync  the trained weights in bf16 buckets, streamed to a second process that loads
+               them one at a time into a bf16 policy on the device: its weights equal the
+               actor's cast to bf16; its device memory grew by about one bucket, not the dict
+  meta_init    the actor's policy built on the meta device and loaded shard by shard equals
+               the eager build and sharding; on a GPU, the peak device memory of both builds
 
     bash scripts/gpu_smoke.sh [--cpu] [--keep DIR]
 """
@@ -25,8 +30,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import io
 import math
 import shutil
+import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -47,6 +55,41 @@ from tests.rollout_batch import make_rollout_batch
 
 IMAGE = 64  # camera pixels of the tiny preset the smoke writes
 OPTIONAL = ("ray", "mani_skill", "vllm", "flash_attn", "transformers", "peft", "timm", "safetensors")
+
+
+# The second process of weight_sync: reads length-prefixed buckets (torch.save) from stdin and
+# loads them one at a time into a bf16 policy on the device, as a rollout worker does; writes
+# back (its trainable weights, its device memory growth at peak or None on the CPU).
+RECEIVER = """
+import io, struct, sys, torch
+sys.path.insert(0, '.')
+from embodied_rl.config.schema.model import model_config
+from embodied_rl.models import build_policy
+cfg = model_config('openvla_oft', model_path=sys.argv[1], add_value_head=True, value_type='chunk_level')
+cfg.precision = 'bf16'
+device = torch.device(sys.argv[2])
+policy = build_policy(cfg, device=device, warn_untrained_value_head=False)
+cuda = device.type == 'cuda'
+if cuda:
+    torch.cuda.reset_peak_memory_stats(device)
+    start = torch.cuda.memory_allocated(device)
+def buckets(stream):
+    while header := stream.read(8):
+        (n,) = struct.unpack('<Q', header)
+        yield torch.load(io.BytesIO(stream.read(n)), weights_only=True)  # CPU, as from the object store
+policy.load_trainable_buckets(buckets(sys.stdin.buffer))
+grew = torch.cuda.max_memory_allocated(device) - start if cuda else None
+out = io.BytesIO()
+torch.save(({k: v.cpu() for k, v in policy.trainable_state_dict().items()}, grew), out)
+sys.stdout.buffer.write(out.getvalue())
+"""
+
+
+def _frame(stream: io.BytesIO, bucket: dict[str, torch.Tensor]) -> None:
+    buf = io.BytesIO()
+    torch.save(bucket, buf)
+    stream.write(struct.pack("<Q", buf.tell()))
+    stream.write(buf.getvalue())
 
 
 class Skip(Exception):
@@ -205,6 +248,66 @@ class Smoke:
             raise AssertionError(f"the reloaded export differs from the trained policy: max |d logprob| {diff:.2e}")
         return f"weight version {version}, {len(sd)} tensors exported and rebuilt on {self.device.type}: max |d logprob| {diff:.1e}"
 
+    def weight_sync(self) -> str:
+        """The actor's buckets (what share_trainable_state_dict puts in the object store) through
+        a pipe to another process, which loads them as a rollout worker does."""
+        from embodied_rl.distributed.weight_sync import make_buckets
+        from embodied_rl.workers.actor import fsdp
+
+        w = self.require_worker()
+        bucket_bytes = 64 * 2**10  # the tiny policy in many buckets
+        sd = w.policy.trainable_state_dict()
+        sent = {k: v.full_tensor().detach().cpu() for k, v in sd.items()}
+        frames = io.BytesIO()
+        buckets = list(make_buckets(fsdp.iter_full(sd, 0), torch.bfloat16, bucket_bytes))
+        for bucket in buckets:
+            _frame(frames, bucket)
+        proc = subprocess.run([sys.executable, "-c", RECEIVER, str(self.model_dir), str(self.device)], input=frames.getvalue(),
+                              capture_output=True, timeout=300, check=False, cwd=Path(__file__).resolve().parents[1])
+        if proc.returncode != 0:
+            raise AssertionError(f"receiver failed: {proc.stderr.decode()[-2000:]}")
+        got, grew = torch.load(io.BytesIO(proc.stdout), weights_only=True)
+        bad = [k for k, v in sent.items() if not torch.equal(got[k], v.to(torch.bfloat16))]
+        if bad or set(got) != set(sent):
+            raise AssertionError(f"received weights differ from the actor's cast to bf16: {bad[:5]}")
+        total = sum(v.numel() * 2 for v in sent.values())
+        memory = "" if grew is None else f"; receiver's device memory grew {grew / 2**10:.0f} KiB at peak (dict {total / 2**10:.0f} KiB)"
+        if grew is not None and grew > 2 * max(bucket_bytes, max(v.numel() * 2 for v in sent.values())):
+            raise AssertionError(f"the receiver's device memory grew {grew} B, more than about one bucket ({bucket_bytes} B)")
+        return f"{len(sent)} tensors in {len(buckets)} bf16 buckets to a second process on {self.device.type}: equal to the actor's cast{memory}"
+
+    def meta_init(self) -> str:
+        from embodied_rl.workers.actor import fsdp
+
+        w = self.require_worker()
+        a = w.cfg.actor
+
+        def build(meta: bool):
+            if meta:
+                return fsdp.build_sharded_policy(a.model, a.fsdp_config, rank=0, world_size=1, device=self.device,
+                                                 init_seed=a.seed, warn_untrained_value_head=False)
+            torch.manual_seed(a.seed)
+            eager = build_policy(a.model, device=self.device, dtype=torch.float32, init_seed=a.seed, warn_untrained_value_head=False)
+            return fsdp.apply_fsdp2(eager, a.fsdp_config, 1, self.device)
+
+        peaks, states = {}, {}
+        for meta in (False, True):
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats(self.device)
+                start = torch.cuda.memory_allocated(self.device)
+            policy = build(meta)
+            if self.device.type == "cuda":
+                peaks[meta] = torch.cuda.max_memory_allocated(self.device) - start
+            states[meta] = fsdp.full_model_state_dict(policy)
+            del policy
+        bad = [k for k, v in states[False].items() if k not in states[True] or not torch.equal(v, states[True][k])]
+        if bad or len(states[True]) != len(states[False]):
+            raise AssertionError(f"the meta-built policy differs from the eager build: {bad[:5]}")
+        memory = "" if not peaks else (f"; device peak eager {peaks[False] / 2**20:.1f} MiB, meta {peaks[True] / 2**20:.1f} MiB "
+                                       f"({peaks[False] / max(peaks[True], 1):.2f}x)")
+        return f"{len(states[True])} tensors equal to the eager build{memory}"
+
     # ---- helpers of the worker checks ------------------------------------------------
     def policy_weights(self) -> torch.Tensor:
         return torch.cat([p.detach().full_tensor().float().flatten().cpu() for p in self.worker.policy.parameters()])
@@ -219,7 +322,7 @@ class Smoke:
             self.worker.shutdown()
 
 
-CHECKS: tuple[str, ...] = ("packages", "forward", "sampling", "ppo_update", "sft_step", "export")
+CHECKS: tuple[str, ...] = ("packages", "forward", "sampling", "ppo_update", "sft_step", "export", "weight_sync", "meta_init")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,9 +21,9 @@ def test_gpu_smoke_checks_pass_on_the_cpu_without_the_packages_a_bare_gpu_machin
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     checks = [line.split()[1] for line in lines[:-1]]
-    assert checks == ["packages", "forward", "sampling", "ppo_update", "sft_step", "export"], proc.stdout
+    assert checks == ["packages", "forward", "sampling", "ppo_update", "sft_step", "export", "weight_sync", "meta_init"], proc.stdout
     assert all(line.startswith("PASS ") for line in lines[:-1]), proc.stdout
-    assert lines[-1] == "gpu_smoke on cpu: 6 pass, 0 fail, 0 skip"
+    assert lines[-1] == "gpu_smoke on cpu: 8 pass, 0 fail, 0 skip"
 
 
 def test_gpu_smoke_without_a_gpu_says_how_to_run_it_on_the_cpu() -> None:

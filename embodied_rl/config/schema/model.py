@@ -34,7 +34,7 @@ _MODEL_CONFIGS: dict[str, type[ModelConfig]] = {}
 
 @dataclass
 class CreatePresetConfig:
-    name: str = field(default="tiny", metadata={"help": "Preset of `embodied-rl make-model` (tiny | openvla-7b)."})
+    name: str = field(default="tiny", metadata={"help": "Preset of `embodied-rl make-model` (tiny | small | openvla-7b)."})
     image_size: int = field(default=224, metadata={"help": "Input side in pixels of the created model."})
 
 
