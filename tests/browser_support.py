@@ -138,6 +138,44 @@ def make_scored_run(base: Path) -> Path:
     return run
 
 
+HEALTH_ALARM = {"event": "alarm", "kind": "kl_spike", "metric": "train/actor/approx_kl", "step": 1, "value": 8.7,
+                "threshold": 1.0, "onset": 1, "action": "rollback", "above": True, "hint": "", "detail": ""}
+HEALTH_WARNING = {"event": "alarm", "kind": "grad_spike", "metric": "train/actor/grad_norm", "step": 3, "value": 41.5,
+                  "threshold": 20.0, "onset": 3, "action": "warn", "above": True, "hint": "", "detail": ""}
+
+
+def make_health_run(base: Path, name: str = "health_exp") -> Path:
+    """runs/<name> as the runtime leaves a run whose step 1 fired a kl_spike alarm (action
+    rollback): rolled back to step 0 with the learning rates lowered, repeated steps 1-4 (the
+    metrics rows rewritten), best evaluation at step 2 (checkpoints/best), a grad_spike warning
+    at step 3. No videos."""
+    run = base / "runs" / name
+    (run / "checkpoints" / "best").mkdir(parents=True)
+    (run / "config.yaml").write_text(f"runner:\n  experiment_name: {name}\n")
+    rows = [{"step": 0, "eval/success_once": 0.125}]
+    for step in range(1, 5):
+        alarms = 1.0 if step == 3 else 0.0
+        rows.append({"step": step, "env/success_once": 0.1 * step, "env/return": 0.2 * step,
+                     "train/actor/approx_kl": 0.05, "health/alarms": alarms, **({"health/grad_spike": 1.0} if alarms else {})})
+    rows.append({"step": 2, "eval/success_once": 0.25})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    events = [HEALTH_ALARM, {"event": "rollback", "from_step": 1, "to_step": 0, "rollback": 1, "lr_scale": 0.5},
+              {"event": "best", "step": 2, "eval/success_once": 0.25}, HEALTH_WARNING]
+    (run / "health.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (run / "checkpoints" / "best" / "best.json").write_text(
+        json.dumps({"global_step": 2, "eval/success_once": 0.25, "checkpoint": "global_step_2"}) + "\n")
+    return run
+
+
+def make_clean_run(base: Path) -> Path:
+    """runs/clean_exp: metrics of a monitored run (health/alarms logged, always 0), no health.jsonl."""
+    run = base / "runs" / "clean_exp"
+    run.mkdir(parents=True)
+    rows = [{"step": s, "env/success_once": 0.2 * s, "health/alarms": 0.0} for s in (1, 2)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return run
+
+
 def make_run_with_escape_links(base: Path) -> Path:
     """The fixture run plus symlinks inside it pointing outside it (the server must refuse them)."""
     run = make_fixture_run(base)

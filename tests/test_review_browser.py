@@ -9,7 +9,9 @@ import pytest
 from embodied_rl.evaluation.intervals import wilson_interval
 from tests.browser_support import (
     launch_chromium,
+    make_clean_run,
     make_fixture_run,
+    make_health_run,
     make_scored_run,
     start_cli_server,
     stop,
@@ -225,6 +227,46 @@ def test_scored_evaluations_chart_each_scoring_once_with_its_interval(browser, t
         page.select_option("#m-extra", "eval/success_once")
         assert page.locator("#charts figure").nth(2).locator("path.ci").count() == 2
         page.screenshot(path=str(tmp_path / "review_scored.png"), full_page=True)
+        assert not errors, errors
+        page.close()
+    finally:
+        stop(proc)
+
+
+def test_health_panel_and_markers_on_the_curves(browser, tmp_path):
+    """Three runs in one page: one rolled back after an alarm (with a best checkpoint and a later
+    warning), one monitored and clean, one from before the monitors (no health record)."""
+    proc, url = start_cli_server([make_health_run(tmp_path), make_clean_run(tmp_path), make_scored_run(tmp_path)])
+    try:
+        page, errors = _open(browser, url)
+        runs = page.locator("#run-health .health-run")
+        status = {runs.nth(i).locator(".health-name").inner_text(): runs.nth(i).locator(".health-status").inner_text()
+                  for i in range(runs.count())}
+        assert status == {"health_exp": "rolled back", "clean_exp": "clean", "scored_exp": "no health record"}
+        text = page.locator("#run-health .health-run[data-status='rolled back']").inner_text()
+        for line in ("kl_spike at step 1: train/actor/approx_kl = 8.7 > 1 (action: rollback)",
+                     "rolled back from step 1 to step 0 (rollback 1); learning rates x0.5 from here",
+                     "grad_spike at step 3: train/actor/grad_norm = 41.5 > 20 (action: warn)",
+                     "best checkpoint: step 2, success 0.250 (global_step_2)"):
+            assert line in text, text
+
+        page.click("button[data-view='curves']")
+        success = page.locator("#charts figure").first
+        marks = success.locator("g.health-alarm")
+        assert [(marks.nth(i).get_attribute("data-step"), marks.nth(i).get_attribute("data-action"),
+                 marks.nth(i).get_attribute("data-kinds")) for i in range(marks.count())] == [
+            ("1", "rollback", "kl_spike"), ("3", "warn", "grad_spike")]
+        assert "health_exp: kl_spike at step 1" in marks.first.locator("title").text_content()
+        rollback = success.locator("g.health-rollback")
+        assert rollback.count() == 1 and "rolled back from step 1 to step 0" in rollback.locator("title").text_content()
+        # The marker sits on the curve's step: the same x as the run's point at step 1.
+        x_point = page.eval_on_selector_all(
+            "#charts figure:first-child circle.point",
+            "cs => cs.find(c => c.textContent.startsWith('health_exp: env/success_once\\nstep 1:')).getAttribute('cx')")
+        assert float(marks.first.locator("line.mark").get_attribute("x1")) == pytest.approx(float(x_point), abs=0.1)
+        legend = success.locator(".legend").inner_text()
+        assert "alarm: kl_spike (rollback)" in legend and "alarm: grad_spike (warn)" in legend and "rolled back" in legend
+        page.screenshot(path=str(tmp_path / "review_health.png"), full_page=True)
         assert not errors, errors
         page.close()
     finally:

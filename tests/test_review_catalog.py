@@ -1,4 +1,4 @@
-"""Catalog scanning: run discovery, sources, sidecar-vs-folder disagreements, unsafe links."""
+"""Catalog scanning: run discovery, sources, sidecar-vs-folder disagreements, unsafe links, health records."""
 from __future__ import annotations
 
 import json
@@ -11,6 +11,7 @@ import pytest
 
 from embodied_rl.errors import UserError
 from embodied_rl.review.catalog import build_catalog, discover_runs
+from tests.browser_support import HEALTH_ALARM, make_clean_run, make_health_run
 
 FRAMES = [np.full((32, 64, 3), 20 * i, np.uint8) for i in range(5)]
 
@@ -68,3 +69,68 @@ def test_video_dir_link_outside_is_not_followed(tmp_path):
     catalog = _catalog(run)
     assert catalog["videos"] == [] and "outside the run directory" in catalog["runs"][0]["warnings"][0]
     assert catalog["runs"][0]["config_url"] == "0:config.yaml"
+
+
+def test_health_of_a_rolled_back_run(tmp_path):
+    (run,) = _catalog(make_health_run(tmp_path))["runs"]
+    health = run["health"]
+    assert health["status"] == "rolled back" and run["warnings"] == []
+    assert health["reasons"] == [
+        "kl_spike at step 1: train/actor/approx_kl = 8.7 > 1 (action: rollback)",
+        "rolled back from step 1 to step 0 (rollback 1); learning rates x0.5 from here",
+        "grad_spike at step 3: train/actor/grad_norm = 41.5 > 20 (action: warn)"]
+    assert [(a["kind"], a["step"], a["action"]) for a in health["alarms"]] == [("kl_spike", 1, "rollback"),
+                                                                             ("grad_spike", 3, "warn")]
+    assert [(r["from_step"], r["to_step"], r["lr_scale"]) for r in health["rollbacks"]] == [(1, 0, 0.5)]
+    assert health["best"] == {"step": 2, "success": 0.25, "checkpoint": "global_step_2"} and health["stop"] is None
+
+
+def test_health_without_a_record(tmp_path):
+    """No health.jsonl: clean only when the metrics show the monitors ran and never fired."""
+    assert _catalog(make_clean_run(tmp_path))["runs"][0]["health"]["status"] == "clean"
+    old = tmp_path / "runs" / "old"
+    old.mkdir(parents=True)
+    (old / "metrics.jsonl").write_text('{"step": 1, "env/return": 1}\n')  # from before the monitors
+    assert _catalog(old)["runs"][0]["health"] == {"status": "no health record", "reasons": [], "alarms": [],
+                                                  "rollbacks": [], "stop": None, "best": None}
+    lost = make_health_run(tmp_path, "lost")
+    (lost / "health.jsonl").unlink()
+    health = _catalog(lost)["runs"][0]["health"]
+    assert health["status"] == "no health record" and health["best"]["step"] == 2
+    assert health["reasons"] == ["metrics.jsonl counts alarms (grad_spike) at step 3 but health.jsonl is missing"]
+
+
+def test_health_bad_lines_are_skipped_with_a_warning(tmp_path):
+    run = make_health_run(tmp_path)
+    nan_alarm = dict(HEALTH_ALARM, kind="nonfinite", metric="train/actor/loss", step=4, value=float("nan"),
+                     threshold=0.0, action="stop", hint="lower the learning rate")
+    lines = [json.dumps(HEALTH_ALARM), "{not json", json.dumps({"event": "alarm", "kind": "kl_spike"}),
+             json.dumps({"event": "mystery"}), json.dumps(nan_alarm),
+             json.dumps({"event": "stop", "step": 4, "reason": "health: nonfinite at step 4: ..."}), '{"event": "rollb']
+    (run / "health.jsonl").write_text("\n".join(lines))
+    (run / "checkpoints" / "best" / "best.json").write_text("{")
+    catalog = _catalog(run)
+    (entry,) = catalog["runs"]
+    assert entry["warnings"] == [
+        "checkpoints/best/best.json: invalid JSON (ignored)",
+        "health.jsonl line 2: invalid JSON (skipped)",
+        "health.jsonl line 3: alarm without an integer 'step', a 'kind' or an action (warn, rollback, stop) (skipped)",
+        "health.jsonl line 4: unknown event 'mystery' (skipped)",
+        "health.jsonl line 7: invalid JSON (skipped)"]
+    health = entry["health"]
+    assert health["status"] == "stopped" and health["best"] is None
+    assert health["reasons"][1:] == ["nonfinite at step 4: train/actor/loss = nan > 0 (action: stop)",
+                                     "stopped at step 4: nonfinite at step 4: ..."]
+    # NaN cannot travel in the server's JSON: the value is null, the line keeps 'nan'.
+    assert health["alarms"][1]["value"] is None and health["alarms"][1]["hint"] == "lower the learning rate"
+    json.dumps(catalog, allow_nan=False)
+
+
+def test_health_record_linked_outside_is_not_read(tmp_path):
+    run = make_health_run(tmp_path)
+    outside = tmp_path / "outside.jsonl"
+    (run / "health.jsonl").rename(outside)
+    os.symlink(outside, run / "health.jsonl")
+    (entry,) = _catalog(run)["runs"]
+    assert entry["health"]["status"] == "no health record" and entry["health"]["alarms"] == []
+    assert entry["warnings"] == ["health.jsonl not read: not a regular file inside the run directory"]

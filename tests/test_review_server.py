@@ -103,6 +103,27 @@ def test_catalog_lists_broken_sidecars_with_warnings(server):
     assert catalog["runs"][0]["metrics"]["env/success_once"] == [[1, 0.25], [2, 0.5], [3, 0.75]]
 
 
+def test_catalog_carries_health(server, run_dir):
+    """The run's health travels in its catalog entry; a NaN alarm value (a non-finite loss) must
+    not break the strict JSON response, and health.jsonl is served like metrics.jsonl."""
+    assert json.loads(_get(server, "/api/catalog")[1])["runs"][0]["health"]["status"] == "no health record"
+    alarm = {"event": "alarm", "kind": "nonfinite", "metric": "train/actor/loss", "step": 2, "value": float("nan"),
+             "threshold": 0.0, "onset": 2, "action": "stop", "above": True, "hint": "", "detail": ""}
+    stop_line = {"event": "stop", "step": 2, "reason": "health: nonfinite at step 2"}
+    record = run_dir / "health.jsonl"
+    record.write_text(json.dumps(alarm) + "\n" + json.dumps(stop_line) + "\n")
+    try:
+        resp, body = _get(server, "/api/catalog")
+        assert resp.status == 200
+        health = json.loads(body)["runs"][0]["health"]
+        assert health["status"] == "stopped" and health["alarms"][0]["value"] is None
+        assert health["reasons"] == ["nonfinite at step 2: train/actor/loss = nan > 0 (action: stop)",
+                                     "stopped at step 2: nonfinite at step 2"]
+        assert _get(server, "/files/0/health.jsonl")[0].status == 200
+    finally:
+        record.unlink()
+
+
 def test_cli_user_errors(tmp_path, capsys, run_dir):
     assert main([str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err.strip()

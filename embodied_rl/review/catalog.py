@@ -1,7 +1,7 @@
 """Scan run directories into the catalog the review page renders (one JSON document).
 
 Layout read (written by the env recorder and the runtime):
-    <run>/config.yaml, <run>/metrics.jsonl,
+    <run>/config.yaml, <run>/metrics.jsonl, <run>/health.jsonl, <run>/checkpoints/best/best.json,
     <run>/video/{train,eval}/step_<global_step:06d>/<tag>.{mp4,webm} + <tag>.json (sidecar)
 The same catalog feeds the live server (`/api/catalog`) and the static export; only the
 `url_for` callback that turns a run-relative path into a link differs.
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from embodied_rl.errors import UserError
+from embodied_rl.review.health import read_health
 from embodied_rl.review.metrics import read_metrics
 from embodied_rl.review.paths import VIDEO_TYPES, is_within
 from embodied_rl.review.sidecar import MODES, load_sidecar
@@ -153,11 +154,12 @@ def build_catalog(runs: list[Run], url_for: UrlFor) -> dict[str, Any]:
             run_videos = _scan_videos(run, url_for, warnings)
         curves = read_metrics(run.root / "metrics.jsonl")
         warnings.extend(curves.warnings)
+        health = read_health(run.root, curves.series, warnings)
         has_config = (run.root / "config.yaml").is_file()
         out_runs.append({
             "id": run.id, "name": run.name, "path": str(run.root),
             "config_url": url_for(run, "config.yaml") if has_config else None,
-            "metrics": curves.series, "warnings": warnings,
+            "metrics": curves.series, "health": health.to_json(), "warnings": warnings,
         })
         videos.extend(run_videos)
     return {"version": CATALOG_VERSION, "runs": out_runs, "videos": videos}

@@ -97,6 +97,28 @@
       }));
     }
 
+    // The alarms (one marker per run and step, coloured by its most severe action) and rollbacks
+    // of the runs drawn in a chart, so a collapse on the curve is seen next to what the run did.
+    healthMarks(series) {
+      const shown = new Set(series.map((s) => s.run));
+      const many = this.catalog.runs.length > 1;
+      const alarms = new Map(), rollbacks = [];
+      for (const run of this.catalog.runs) {
+        if (!shown.has(run.id) || !run.health) continue;
+        const prefix = many ? run.name + ": " : "";
+        for (const a of run.health.alarms) {
+          const key = `${run.id}|${a.step}`;
+          if (!alarms.has(key)) alarms.set(key, { step: a.step, action: a.action, entries: [], lines: [] });
+          const mark = alarms.get(key);
+          if (R.ACTION_RANK[a.action] > R.ACTION_RANK[mark.action]) mark.action = a.action;
+          mark.entries.push([a.kind, a.action]);
+          mark.lines.push(prefix + a.line + (a.hint ? `\n  ${a.hint}` : ""));
+        }
+        for (const r of run.health.rollbacks) rollbacks.push({ from: r.from_step, to: r.to_step, line: prefix + r.line });
+      }
+      return { alarms: [...alarms.values()], rollbacks: rollbacks };
+    }
+
     render() {
       const specs = [
         { title: "Success rate", unit: true,
@@ -115,7 +137,10 @@
         return box;
       }
       const all = series.flatMap((s) => s.points);
-      let [x0, x1] = [Math.min(...all.map((p) => p[0])), Math.max(...all.map((p) => p[0]))];
+      const marks = this.healthMarks(series);
+      const markSteps = marks.alarms.map((a) => a.step).concat(marks.rollbacks.flatMap((r) => [r.from, r.to]));
+      const steps = all.map((p) => p[0]).concat(markSteps);
+      let [x0, x1] = [Math.min(...steps), Math.max(...steps)];
       let [y0, y1] = [Math.min(...all.map((p) => p[1])), Math.max(...all.map((p) => p[1]))];
       if (spec.unit && y0 >= 0 && y1 <= 1) [y0, y1] = [0, 1];
       if (x0 === x1) [x0, x1] = [x0 - 1, x1 + 1];
@@ -137,6 +162,7 @@
       const axis = svg("text", { x: W - M.r, y: H - 4, "text-anchor": "end", class: "tick" });
       axis.textContent = "global step";
       root.append(axis);
+      root.append(...this.drawHealth(marks, sx));
       const legend = el("div", { className: "legend" });
       series.forEach((s, i) => {
         const color = COLORS[i % COLORS.length];
@@ -161,8 +187,51 @@
         swatch.style.background = color;
         legend.append(el("span", { className: "legend-item" }, [swatch, s.interval ? `${s.label} (bars: 95 % CI)` : s.label]));
       });
+      legend.append(...this.healthLegend(marks));
       box.append(root, legend);
       return box;
+    }
+
+    // Drawn under the curves: a rollback as a band over the abandoned steps with an arrow from
+    // the step it left back to the step it resumed from; an alarm as a vertical line. Each
+    // carries its lines as a tooltip (a wide transparent stroke makes the thin line hoverable).
+    drawHealth(marks, sx) {
+      const [top, bottom] = [M.t, H - M.b];
+      const out = [];
+      marks.rollbacks.forEach((r, i) => {
+        const [a, b] = [sx(r.to), sx(r.from)], y = top + 6 + 7 * (i % 4);
+        const g = svg("g", { class: "health-rollback", "data-from": r.from, "data-to": r.to });
+        g.append(svg("rect", { x: a, y: top, width: Math.max(b - a, 1), height: bottom - top, class: "band" }),
+                 svg("path", { d: `M${b},${y}H${a}M${a + 6},${y - 4}L${a},${y}L${a + 6},${y + 4}`, class: "arrow" }),
+                 svg("title"));
+        g.lastChild.textContent = r.line;
+        out.push(g);
+      });
+      for (const m of marks.alarms) {
+        const x = sx(m.step);
+        const g = svg("g", { class: "health-alarm", "data-step": m.step, "data-action": m.action, "data-kinds": m.entries.map((e) => e[0]).join(" ") });
+        g.append(svg("line", { x1: x, x2: x, y1: top, y2: bottom, stroke: R.ACTION_COLORS[m.action], class: "mark" }),
+                 svg("line", { x1: x, x2: x, y1: top, y2: bottom, class: "hit" }), svg("title"));
+        g.lastChild.textContent = m.lines.join("\n");
+        out.push(g);
+      }
+      return out;
+    }
+
+    // One legend entry per alarm kind and action, and one for rollbacks.
+    healthLegend(marks) {
+      const seen = new Map();
+      for (const m of marks.alarms) for (const [kind, action] of m.entries) seen.set(`${kind} (${action})`, action);
+      const items = [...seen.entries()].map(([text, action]) => {
+        const swatch = el("span", { className: "swatch mark" });
+        swatch.style.background = R.ACTION_COLORS[action];
+        return el("span", { className: "legend-item health", dataset: { action: action } }, [swatch, "alarm: " + text]);
+      });
+      if (marks.rollbacks.length) {
+        items.push(el("span", { className: "legend-item health rollback" },
+                      [el("span", { className: "swatch band" }), "rolled back (band: the steps repeated, arrow: back to)"]));
+      }
+      return items;
     }
   };
 })(window.Review);

@@ -33,6 +33,7 @@
     const warnings = catalog.runs.flatMap((r) => r.warnings.map((w) => `${r.name}: ${w}`));
     $("run-warnings").replaceChildren(...warnings.map((w) => el("li", { textContent: "⚠ " + w })));
     $("run-warnings").hidden = warnings.length === 0;
+    R.renderHealth(catalog, $("run-health"));
     app.episodes.setCatalog(catalog);
     app.compare.setCatalog(catalog);
     app.charts.setCatalog(catalog);
