@@ -16,7 +16,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("__init__", "registry", "process_env", "timing", "moments"),
     ("distributed",),
     ("config",),
-    ("algorithms", "envs", "evaluation"),
+    ("algorithms", "envs", "evaluation", "health"),
     ("models",),
     ("demos",),
     ("workers",),

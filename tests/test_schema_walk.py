@@ -122,11 +122,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.maniskill, pytest.mark.libero]
 # to MAX_TRIES accepted values per context, the others one. For the cheap probes the other
 # experiments come on top of the budget, so a new shipped config never pushes a key's gating
 # switch past it.
-MAX_CONTEXTS = {"algorithm": 16, "plan": 12, "rundir": 12, "subproc": 6, "model": 6, "env": 2, "episode": 0,
+MAX_CONTEXTS = {"algorithm": 16, "health": 16, "plan": 12, "rundir": 12, "subproc": 6, "model": 6, "env": 2, "episode": 0,
                 "actor": 1, "ray": 0, "names": 0}
 # The tiny model's FSDP step takes about a second: it gets several values too (lr_warmup_steps=1
 # trains exactly like 0; 2 does not).
-CHEAP = ("algorithm", "plan", "rundir", "subproc", "actor")
+CHEAP = ("algorithm", "health", "plan", "rundir", "subproc", "actor")
 MAX_TRIES = 3
 # Probes of one env mode (their outcome on a context depends on the key's mode).
 MODE_PROBES = ("env", "episode", "subproc")
@@ -342,6 +342,10 @@ def test_every_key_is_live(walk_dir: Path, shared_simulators):
 
     BASE_OVERRIDES.append(f"actor.model.model_path={walk_dir / 'tiny-oft'}")
     WORLD_CONTEXTS["model"] = [(f"actor.model.model_path={walk_dir / 'first-run-model'}",)]
+    # The rollback keys act once an action rolls back, which needs checkpoints to go back to;
+    # runner.save_best once the run evaluates during training.
+    WORLD_CONTEXTS["health"] = [("runner.save_interval=4", "runner.val_check_interval=5", "runner.save_best=true",
+                                 "runner.health.success_drop.action=rollback", "runner.health.kl_spike.action=rollback")]
     base = load_in(())
     assert not isinstance(base, Outcome), base.summary
     base_seed = dataclasses.replace(base, runner=dataclasses.replace(base.runner, seed=base.runner.seed + 1))

@@ -29,7 +29,7 @@ from urllib.parse import urlparse
 
 from embodied_rl.errors import ConfigError
 
-METRIC_PREFIXES = ("env/", "eval/", "rollout/", "train/actor/", "train/critic/", "train/sft/", "time/", "channel/", "driver/", "recovery/")
+METRIC_PREFIXES = ("env/", "eval/", "rollout/", "train/actor/", "train/critic/", "train/sft/", "time/", "channel/", "driver/", "recovery/", "health/")
 BACKENDS = ("console", "tensorboard", "wandb")
 CONSOLE_TABLE_S = 10.0
 METRICS_FILE = "metrics.jsonl"

@@ -52,6 +52,12 @@ from embodied_rl.evaluation.summary import (
 from embodied_rl.runtime import checkpoint as ckpt
 from embodied_rl.runtime.graceful_stop import GracefulStop
 from embodied_rl.runtime.groups import Groups, build_groups
+from embodied_rl.runtime.health_keeper import (
+    HealthKeeper,
+    HealthStop,
+    keep_best,
+    set_aside_after,
+)
 from embodied_rl.runtime.metrics_logger import MetricsLogger
 from embodied_rl.runtime.reset_ids_record import record_reset_ids
 from embodied_rl.runtime.worker_metrics import (
@@ -86,12 +92,14 @@ class EmbodiedRunner:
         self._rollout_stale = False
         self.groups: Groups | None = None
         self.restarts = 0  # of the groups after a worker died (runner.max_restarts)
+        self.health = HealthKeeper(cfg.runner, self.run_dir)
+        self.saved: tuple[int, Path] | None = None  # the newest checkpoint this process wrote
 
     # ------------------------------------------------------------------ set-up
-    def setup(self, resume_dir: str | None = None, adopt_session: bool = False) -> None:
+    def setup(self, resume_dir: str | None = None, adopt_session: bool = False, rollback: bool = False) -> None:
         """Start the groups and load the run's starting point: `resume_dir` (a checkpoint; by
         default runner.resume_dir), else runner.ckpt_path, else the model as configured.
-        `adopt_session`: a restart's, see RayCluster."""
+        `adopt_session`: a restart's, see RayCluster. `rollback`: see _resume."""
         cfg = self.cfg
         resume_dir = resume_dir or cfg.runner.resume_dir
         seed_everything(cfg.runner.seed)
@@ -109,19 +117,22 @@ class EmbodiedRunner:
             log.info("%s on %d demo samples from %s", "SFT" if self.sft else f"behaviour-cloning term (algorithm.bc_coef={cfg.algorithm.bc_coef:g})",
                      n, ", ".join(cfg.data.train_data_paths))
         if resume_dir:
-            self._resume(resume_dir)
+            self._resume(resume_dir, rollback=rollback)
         elif cfg.runner.ckpt_path:
             self._load_weights(cfg.runner.ckpt_path)
         elif not cfg.runner.only_eval:
             # The value head (and LoRA) are initialised on the actor: rollout must act with them.
             self._sync_weights()
 
-    def _resume(self, resume_dir: str) -> None:
+    def _resume(self, resume_dir: str, rollback: bool = False) -> None:
+        """Continue from a checkpoint: after a restart or on resume, or (`rollback`) after a
+        health alarm, keeping the run's lowered learning rates and rollback count."""
         path = ckpt.resolve_resume_dir(resume_dir, self.run_dir)
         state = ckpt.load_runner_state(path)
-        self.version = self.groups.actor.load_checkpoint(str(ckpt.actor_dir(path))).wait()[0]
-        self.global_step = state.global_step
         extra = state.extra
+        self.health.load_state_dict(extra.get("health", {}), rollback=rollback)
+        self.version = self.groups.actor.load_checkpoint(str(ckpt.actor_dir(path)), self.health.lr_scale).wait()[0]
+        self.global_step = state.global_step
         if "reward_stats" in extra:
             self.groups.actor.set_reward_stats(extra["reward_stats"]).wait()
         self.groups.rollout.set_rng_state.each([(rng,) for rng in extra["rollout_rng"]]).wait()
@@ -277,8 +288,10 @@ class EmbodiedRunner:
         with MetricsLogger(cfg.logger, self.run_dir, total_steps=cfg.max_steps, start_step=self.global_step,
                            config=to_dict(self.cfg)) as logger, GracefulStop() as stop:
             evaluations: list[Evaluation] = []
-            saved: tuple[int, Path] | None = None
+            stopped: str | None = None  # by a health alarm: the reason
             first_eval = self.global_step == 0 and evaluates_after(self.cfg, 0)
+            if self.global_step == 0 and self.health.may_roll_back:
+                self.save()  # the start is a checkpoint too: a failure in the first steps rolls back to it
             while not stop.requested:
                 # A worker may die in any call to the groups (a step, an eval, a save), so the
                 # whole body restarts: everything after the last checkpoint is recomputed.
@@ -288,7 +301,11 @@ class EmbodiedRunner:
                         logger.log(0, evaluations[-1][1], counts=False)
                     if self.global_step >= cfg.max_steps:
                         break
-                    saved = self._advance(logger, evaluations) or saved
+                    self._advance(logger, evaluations)
+                except HealthStop as err:
+                    stopped = str(err)
+                    self.health.stopped(self.global_step, stopped)
+                    break
                 except WorkerError as err:
                     if not err.died or not may_restart(self.cfg, self.restarts):
                         raise
@@ -299,29 +316,66 @@ class EmbodiedRunner:
                 self._report_change(logger, evaluations[0], evaluations[-1])
             elif evaluations:
                 logger.note(eval_summary(evaluations[0][1], self.scorings))
-            if self.global_step > 0 and not (saved and saved[0] == self.global_step):
-                saved = (self.global_step, self.save())  # stopped between checkpoints
-            if self.sft and saved:
+            if self.global_step > 0 and not (self.saved and self.saved[0] == self.global_step):
+                self.save()  # stopped between checkpoints
+            if self.sft and self.saved:
                 log.info("SFT done; start RL from it with `embodied-rl export %s DIR` and actor.model.model_path=DIR",
-                         saved[1])
+                         self.saved[1])
             if stop.requested:
                 log.warning("stopped by Ctrl-C after global step %d; resume with runner.resume_dir=latest", self.global_step)
                 return 130
+            if stopped is not None:
+                log.error("stopped at global step %d by %s; checkpoint %s (resume with runner.resume_dir=latest)",
+                          self.global_step, stopped.removeprefix("health: "), self.saved[1] if self.saved else "none")
+                return 1
         return 0
 
-    def _advance(self, logger: MetricsLogger, evaluations: list[Evaluation]) -> tuple[int, Path] | None:
+    def _advance(self, logger: MetricsLogger, evaluations: list[Evaluation]) -> None:
         """One global step: train, then evaluate and checkpoint when due (the last step always
-        checkpoints); returns the checkpoint written, if any."""
+        checkpoints), then act on the step's health alarms."""
         metrics = self.sft_step() if self.sft else self.train_step()
         metrics["recovery/restarts"] = float(self.restarts)
         self.global_step += 1
-        if evaluates_after(self.cfg, self.global_step):
+        alarms = self.health.check(self.global_step, metrics)
+        evaluated = evaluates_after(self.cfg, self.global_step)
+        if evaluated:
             evaluations.append((self.global_step, *self._evaluate(episodes=self._pairs_evaluations)))
             metrics.update(evaluations[-1][1])
         logger.log(self.global_step, metrics)
+        for alarm in alarms:
+            logger.note(alarm.line())
         if saves_after(self.cfg, self.global_step) or self.global_step == self.cfg.runner.max_steps:
-            return self.global_step, self.save()
-        return None
+            self.save()
+        if evaluated and self.health.new_best(self.global_step, metrics["eval/success_once"]):
+            self._keep_best(metrics["eval/success_once"])
+        verdict = self.health.verdict(alarms)
+        if verdict.rollback_to is not None:
+            self._rollback(verdict.rollback_to, logger, evaluations)
+        elif verdict.stop is not None:
+            raise HealthStop(verdict.stop)
+
+    def _keep_best(self, success: float) -> None:
+        """runner.save_best: this step's checkpoint becomes checkpoints/best."""
+        if not (self.saved and self.saved[0] == self.global_step):
+            self.save()
+        best = keep_best(self.run_dir, self.saved[1], {"global_step": self.global_step, "eval/success_once": success})
+        log.info("best evaluation so far (success %.3f at step %d): %s", success, self.global_step, best)
+
+    def _rollback(self, path: Path, logger: MetricsLogger, evaluations: list[Evaluation]) -> None:
+        """Back to checkpoint `path` with the learning rates lowered (runner.health); the steps
+        after it repeat. The groups start afresh from it, exactly as a resume does, so no state of
+        the abandoned steps survives in a worker. Their checkpoints move aside, so `latest` and a
+        later rollback never pick one of them."""
+        reached = self.global_step
+        target = ckpt.load_runner_state(path, restore_rng=False).global_step
+        self.health.rolled_back(reached, target)
+        set_aside_after(self.run_dir, target, self.health.rollbacks)
+        self._start_over(str(path), rollback=True)
+        self.saved = self.global_step, path
+        logger.rewind(self.global_step)
+        evaluations[:] = [e for e in evaluations if e[0] <= self.global_step]
+        logger.note(f"health: rolled back from step {reached} to step {self.global_step} (rollback {self.health.rollbacks} of "
+                    f"{self.cfg.runner.health.max_rollbacks}); learning rates x{self.health.lr_scale:g} from here")
 
     @property
     def _pairs_evaluations(self) -> bool:
@@ -351,13 +405,17 @@ class EmbodiedRunner:
         latest, reached = ckpt.latest_checkpoint(self.run_dir), self.global_step
         log.warning("a worker died (%s); restart %d of %d from %s", err, self.restarts, self.cfg.runner.max_restarts,
                     latest or "the start")
+        self._start_over(str(latest) if latest else None)
+        log.warning("restarted at step %d: repeating %d step(s)", self.global_step, reached - self.global_step)
+
+    def _start_over(self, resume_dir: str | None, rollback: bool = False) -> None:
+        """Stop every group and start them again from `resume_dir` (None: the start)."""
         # The Ray session stays (starting one costs seconds) unless a node of the run is gone.
         cluster = self.groups.cluster
         keep = cluster.started_ray and cluster.nodes_alive()
         self.groups.shutdown(keep_session=keep)
         self.groups, self.global_step, self.version, self._rollout_stale = None, 0, 0, False
-        self.setup(resume_dir=str(latest) if latest else None, adopt_session=keep)
-        log.warning("restarted at step %d: repeating %d step(s)", self.global_step, reached - self.global_step)
+        self.setup(resume_dir=resume_dir, adopt_session=keep, rollback=rollback)
 
     def eval_only(self) -> int:
         with MetricsLogger(self.cfg.runner.logger, self.run_dir, total_steps=1, config=to_dict(self.cfg)) as logger:
@@ -409,6 +467,7 @@ class EmbodiedRunner:
         reward_stats = self.groups.actor.get_reward_stats().wait()[0] if self.groups.actor is not None else None
         if reward_stats is not None:
             extra["reward_stats"] = reward_stats
+        extra["health"] = self.health.state_dict()
         with ckpt.checkpoint_writer(self.run_dir, self.global_step) as tmp:
             self.groups.actor.save_checkpoint(str(ckpt.actor_dir(tmp))).wait()
             if self.dataset_statistics is not None:
@@ -418,6 +477,7 @@ class EmbodiedRunner:
         self._record_reset_ids()
         path = ckpt.latest_checkpoint(self.run_dir)
         log.info("checkpoint: %s", path)
+        self.saved = self.global_step, path
         return path
 
     def close(self, graceful: bool = True) -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from embodied_rl.config.schema.env import EnvConfig
+from embodied_rl.config.schema.health import HealthConfig
 from embodied_rl.config.schema.model import ModelConfig, model_config
 
 Dtype = Literal["fp32", "bf16", "fp16"]
@@ -54,6 +55,8 @@ class RunnerConfig:
     resume_dir: str | None = field(default=None, metadata={"help": "Checkpoint directory to resume training from (weights, optimizer, scheduler, RNG, step); 'latest' = newest in this run directory."})
     ckpt_path: str | None = field(default=None, metadata={"help": "Checkpoint to load the policy weights from before training or evaluation (not the optimizer); null = actor.model.model_path only."})
     seed: int = field(default=1234, metadata={"help": "Global seed (Python, NumPy, torch) of the driver and every worker (offset by worker rank)."})
+    save_best: bool = field(default=False, metadata={"help": "Keep checkpoints/best beside the latest: the checkpoint of the evaluation with the highest success so far (the primary scoring's eval/success_once), so a run that collapses later still leaves its best policy (`embodied-rl export RUN_DIR/checkpoints/best OUT`). Needs evaluations during training (runner.val_check_interval)."})
+    health: HealthConfig = field(default_factory=HealthConfig)
 
 
 @dataclass

@@ -117,3 +117,18 @@ class _Multiplier:
 
     def __call__(self, step: int) -> float:
         return lr_multiplier(step, kind=self.kind, warmup_steps=self.warmup_steps, total_steps=self.total_steps, min_ratio=self.min_ratio)
+
+
+def set_lr_scale(scheduler: torch.optim.lr_scheduler.LambdaLR, optim_cfg, scale: float) -> None:
+    """Base learning rates = the config's (lr for the policy group, value_lr for the value head)
+    x `scale`, at the scheduler's current step. A checkpoint's scheduler state carries the base
+    rates of the run that wrote it; this puts the resuming config's back (a resume with a lower
+    actor.optim.lr trains with it), and a health rollback lowers them by its factor."""
+    opt = scheduler.optimizer
+    base = [(optim_cfg.value_lr if g["name"] == "value_head" else optim_cfg.lr) * scale for g in opt.param_groups]
+    scheduler.base_lrs = base
+    step = scheduler.last_epoch
+    for group, base_lr, fn in zip(opt.param_groups, base, scheduler.lr_lambdas, strict=True):
+        group["initial_lr"] = base_lr
+        group["lr"] = base_lr * fn(step)
+    scheduler._last_lr = [g["lr"] for g in opt.param_groups]

@@ -52,6 +52,7 @@ from embodied_rl.workers.actor.optim import (
     build_scheduler,
     clip_gradients,
     clip_sets,
+    set_lr_scale,
 )
 from embodied_rl.workers.actor.value_replay import ValueReplay
 
@@ -360,11 +361,14 @@ class ActorWorker:
         self.onload()
         checkpoint.save(self, actor_dir, self._io_group)
 
-    def load_checkpoint(self, actor_dir: str) -> int:
-        """Restore everything `save_checkpoint` wrote; returns the weight version. Collective."""
+    def load_checkpoint(self, actor_dir: str, lr_scale: float = 1.0) -> int:
+        """Restore everything `save_checkpoint` wrote, with the config's learning rates x
+        `lr_scale` (runner.health rollbacks lower it); returns the weight version. Collective."""
         self._require_setup()
         self.onload()
-        return checkpoint.load(self, actor_dir, self._io_group)
+        version = checkpoint.load(self, actor_dir, self._io_group)
+        set_lr_scale(self.scheduler, self.cfg.actor.optim, lr_scale)
+        return version
 
     def shutdown(self) -> None:
         if dist.is_initialized():
