@@ -46,6 +46,43 @@ def _positive(cfg: RootConfig) -> None:
         if not name or not name.replace("_", "").replace("-", "").isalnum():
             raise ConfigError(f"{section}.group_name={name!r}: use letters, digits, '_' and '-' (it names the Ray actors)")
 
+@RULES.config_check
+def _seeds(cfg: RootConfig) -> None:
+    """Seeds feed NumPy's and torch's generators, which take no negative seed: refused here
+    rather than in every worker after Ray started."""
+    for key, value in (("runner.seed", cfg.runner.seed), ("actor.seed", cfg.actor.seed),
+                       *((f"env.{mode}.seed", getattr(cfg.env, mode).seed) for mode in ("train", "eval"))):
+        if value < 0:
+            raise ConfigError(f"{key}: must be >= 0, got {value}")
+    alpha = cfg.actor.model.lora_alpha
+    if alpha is not None and alpha < 1:
+        raise ConfigError(f"actor.model.lora_alpha: must be >= 1 (the LoRA scale is alpha / rank), or null for lora_rank, got {alpha}")
+
+
+@RULES.config_check
+def _names_and_paths(cfg: RootConfig) -> None:
+    """Names and paths are never empty (an empty model path reads the working directory, an
+    empty channel name joins every run's channel), and the run directory stays inside
+    runner.output_dir, where `runner.resume_dir=latest`, the review page and cleanup look."""
+    r = cfg.runner
+    for key, value in (("runner.experiment_name", r.experiment_name), ("runner.output_dir", r.output_dir),
+                       ("runner.logger.log_path", r.logger.log_path), ("actor.model.model_path", cfg.actor.model.model_path),
+                       ("rollout.model.model_path", cfg.rollout.model.model_path),
+                       *((f"{s}.channel.{k}", getattr(getattr(cfg, s).channel, k)) for s in ("env", "rollout") for k in ("name", "queue_name"))):
+        if not str(value).strip():
+            raise ConfigError(f"{key} is empty; set it, or remove the override for the default (`embodied-rl print-config` shows it)")
+    _run_name_stays_inside(r.experiment_name)
+
+
+def _run_name_stays_inside(name: str) -> None:
+    from pathlib import PurePosixPath, PureWindowsPath
+
+    if PurePosixPath(name).is_absolute() or PureWindowsPath(name).is_absolute() or "/" in name or "\\" in name or name in (".", ".."):
+        safe = "_".join(p for p in name.replace("\\", "/").split("/") if p not in ("", ".", "..")) or "default"
+        raise ConfigError(f"runner.experiment_name={name!r} names a directory outside runner.output_dir (a path, not a name); "
+                          f"use a plain name such as runner.experiment_name={safe}, and runner.output_dir for where runs go")
+
+
 @RULES.plan_check
 def _derived_sizes_agree(cfg: RootConfig, plan: RunPlan) -> None:
     """groups_per_stage and n_minibatches shape sizes that are derived; beside an explicit size

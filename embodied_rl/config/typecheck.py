@@ -99,6 +99,15 @@ REPLACED_KEYS = {
 }
 
 
+def not_in_set(key: str, value: object, valid: list[str], what: str, most: int = 12) -> ConfigError:
+    """One line for a value outside a closed set (a registry's names): the closest name when
+    one is close, else the set itself (its first `most` names: a registry may hold dozens)."""
+    close = difflib.get_close_matches(str(value), valid, n=1, cutoff=0.6)
+    shown = ", ".join(valid[:most]) + (f", ... ({len(valid)} in all)" if len(valid) > most else "")
+    hint = f"did you mean {key}={close[0]}? (valid: {shown})" if close else f"valid: {shown}"
+    return ConfigError(f"{key}={value!r} is not {what}; {hint}")
+
+
 def unknown_key_error(path: str, key: str, valid: list[str], hint: str = "") -> ConfigError:
     full = join(path, key)
     if full in REPLACED_KEYS:

@@ -152,6 +152,12 @@ class SimulatorBackend(ABC):
         the config tells (checked against the policy before a run starts). Default: nothing known."""
         return EnvSpec()
 
+    @classmethod
+    def check_names(cls, params: Any, key: str) -> None:
+        """Raise ConfigError (one line, `key` = the section's init_params path) where `params`
+        names something outside the simulator's closed sets (tasks, robots, controllers,
+        cameras), read from its registries without starting it. Default: nothing to check."""
+
     def close(self) -> None:
         """Release simulator processes and contexts."""
 

@@ -36,6 +36,16 @@ def _init_params(cfg: RootConfig) -> None:
 
 
 @RULES.config_check
+def _simulator_names(cfg: RootConfig) -> None:
+    """Task ids, robots, controllers and cameras against the simulator's registries, so a typo
+    fails here instead of in every env worker after Ray started; sections a run uses only."""
+    for mode in used_modes(cfg):
+        env, key = getattr(cfg.env, mode), f"env.{mode}.init_params"
+        backend = get_simulator(env.env_type)
+        backend.check_names(build(backend.params_cls, dict(env.init_params), key), key)
+
+
+@RULES.config_check
 def _privileged_state(cfg: RootConfig) -> None:
     """The simulator's privileged state is read by an asymmetric critic only, from env.train."""
     from embodied_rl.config.plan import training_rl

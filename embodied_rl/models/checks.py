@@ -80,6 +80,29 @@ def _rollout_backend(cfg: RootConfig) -> None:
 
 
 @RULES.config_check
+def _model_input(cfg: RootConfig) -> None:
+    """actor.model's image keys against the model they describe: the checkpoint at model_path,
+    or the preset that creates it there at start; else the policy refuses them when it loads,
+    in every worker, after Ray started."""
+    m = cfg.actor.model
+    if m.num_images_in_input > 2:
+        raise ConfigError(f"actor.model.num_images_in_input={m.num_images_in_input}: environments give at most 2 camera images "
+                          "(main + wrist); set it to 1 or 2")
+    if m.image_size is None:
+        return
+    if m.create_preset is not None:
+        side, source = m.create_preset.image_size, f"actor.model.create_preset.image_size={m.create_preset.image_size}"
+    else:
+        ckpt = _starting_checkpoint(cfg)
+        if ckpt is None:
+            return
+        side, source = ckpt.image_size, f"actor.model.model_path={m.model_path} (config.json image_sizes)"
+    if m.image_size != side:
+        raise ConfigError(f"actor.model.image_size={m.image_size} but {source} makes the model take {side} px images; "
+                          f"set actor.model.image_size={side} or null")
+
+
+@RULES.config_check
 def _policy_fits_env(cfg: RootConfig) -> None:
     """The policy takes what each env it steps gives (cameras, state) and gives what its controller
     takes (actions): actor.model's keys against the env configs, and a checkpoint the run starts
@@ -117,6 +140,12 @@ def _policy_fits_env(cfg: RootConfig) -> None:
                               f"set actor.model.proprio_dim={spec.state_dim} with a checkpoint of that proprio size")
         if ckpt is not None:
             _checkpoint_fits(ckpt, spec, where, key, env)
+        elif m.create_preset is not None and spec.image_size is not None and min(spec.image_size) < m.create_preset.image_size:
+            h, w = spec.image_size
+            side = m.create_preset.image_size
+            raise ConfigError(f"actor.model.create_preset.image_size={side} makes a model that takes {side} px images, but "
+                              f"{key}.init_params.camera_heights x camera_widths = {h}x{w} is smaller; set both to at least {side} "
+                              f"or set actor.model.create_preset.image_size={min(h, w)}")
 
 
 def _starting_checkpoint(cfg: RootConfig):

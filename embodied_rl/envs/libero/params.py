@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from embodied_rl.envs.libero.suites import SUITE_NUM_TASKS, SUITES
+from embodied_rl.config.typecheck import not_in_set
+from embodied_rl.envs.libero.suites import registered_num_tasks
 from embodied_rl.errors import ConfigError
 
 #: how raw MuJoCo frames (bottom-up OpenGL rows) are turned into policy images
@@ -38,8 +39,9 @@ class LiberoParams:
     )
 
     def __post_init__(self) -> None:
-        if self.task_suite_name not in SUITES:
-            raise ConfigError(f"init_params.task_suite_name {self.task_suite_name!r} is not one of {', '.join(SUITES)}")
+        suites = registered_num_tasks()
+        if self.task_suite_name not in suites:
+            raise not_in_set("init_params.task_suite_name", self.task_suite_name, list(suites), "a LIBERO suite")
         if self.image_orientation not in IMAGE_ORIENTATIONS:
             raise ConfigError(
                 f"init_params.image_orientation {self.image_orientation!r} is not one of {', '.join(IMAGE_ORIENTATIONS)}"
@@ -56,10 +58,8 @@ class LiberoParams:
         if cell is not None and (isinstance(cell, bool) or not isinstance(cell, (int, float)) or not 0.0 < cell <= 0.05):
             raise ConfigError(f"init_params.visual_mesh_cell must be null or a cell size in metres in (0, 0.05], got {cell!r}")
         if self.task_ids is not None:
-            n = SUITE_NUM_TASKS[self.task_suite_name]
+            n = suites[self.task_suite_name]
             bad = [i for i in self.task_ids if not isinstance(i, int) or not 0 <= i < n]
             if bad or not self.task_ids or len(set(self.task_ids)) != len(self.task_ids):
-                raise ConfigError(
-                    f"init_params.task_ids {self.task_ids!r} must be distinct integers in [0, {n}) for "
-                    f"{self.task_suite_name}, or null for all tasks"
-                )
+                raise ConfigError(f"init_params.task_ids {self.task_ids!r} must be distinct integers in [0, {n}) ({self.task_suite_name} "
+                                  f"has {n} tasks in LIBERO's benchmark registry), or null for all tasks")

@@ -35,6 +35,30 @@ SUITE_MAX_EPISODE_STEPS = {
 }
 
 
+@cache
+def registered_num_tasks() -> dict[str, int]:
+    """Tasks per suite (SUITES order) as LIBERO's benchmark registry defines them: the lengths of
+    its `libero_task_map`, which `get_benchmark_dict()`'s suites and `task_maps` are built from.
+    Read from that one data file, without importing `libero.libero` (which writes its config,
+    imports torch and robosuite): the config rules call this before anything starts. Without
+    LIBERO installed: SUITE_NUM_TASKS, the counts of libero 0.1.1."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("libero")
+    roots = list(spec.submodule_search_locations or ()) if spec is not None else []
+    path = next((Path(r) / "libero" / "benchmark" / "libero_suite_task_map.py" for r in roots), None)
+    if path is None or not path.is_file():
+        return dict(SUITE_NUM_TASKS)
+    data = importlib.util.spec_from_file_location("_libero_suite_task_map", path)
+    module = importlib.util.module_from_spec(data)
+    data.loader.exec_module(module)
+    counts = {s: len(module.libero_task_map[s]) for s in BASE_SUITES if s in module.libero_task_map}
+    if len(counts) == len(BASE_SUITES):
+        counts["libero_130"] = sum(counts.values())  # ours: the five concatenated
+    return {s: counts[s] for s in SUITES if s in counts}
+
+
 @dataclass(frozen=True)
 class LiberoTask:
     suite: str  # the LIBERO suite the task belongs to (never libero_130)

@@ -48,6 +48,13 @@ class ManiSkillBackend(SimulatorBackend):
     def env_spec(cls, params: ManiSkillParams) -> EnvSpec:
         return maniskill_env_spec(params)
 
+    @classmethod
+    def check_names(cls, params: ManiSkillParams, key: str) -> None:
+        # Imports ManiSkill (seconds): only for configs that use it.
+        from embodied_rl.envs.maniskill.registry import check_names
+
+        check_names(params, key)
+
     def __new__(cls, cfg: EnvConfig, params: ManiSkillParams, num_envs: int, *, seed: int) -> Any:
         import importlib
 

@@ -1,0 +1,153 @@
+"""ManiSkill's closed sets, read from its registries without building a scene: task ids, robot
+uids, the control modes of a robot, the camera names of a task and robot. The config rules check
+`init_params` against them before anything starts (envs/checks.py).
+
+Importing `mani_skill.envs` (which fills the task registry) costs a few seconds of CPU, so this
+module imports it only when a ManiSkill env config is checked. Control modes and cameras are
+declared by properties written for a built robot and scene; they are read here as far as that
+works without one (see each function), and left unchecked where it does not: the running
+simulator still checks them when the env is made (make.py).
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from functools import cache
+from typing import Any
+
+from embodied_rl.config.typecheck import not_in_set
+from embodied_rl.envs.maniskill.params import ManiSkillParams
+from embodied_rl.errors import ConfigError
+
+#: init_params.wrist_camera values that name no sensor
+WRIST_CHOICES = ("auto", "none")
+
+
+def _registries() -> tuple[dict[str, Any], dict[str, Any]]:
+    """(REGISTERED_ENVS, REGISTERED_AGENTS), after importing the task modules that fill them."""
+    import embodied_rl.envs.maniskill.make  # noqa: F401  (silences sapien's libvulkan warning first)
+
+    try:
+        import mani_skill.envs  # noqa: F401  (registers the tasks)
+        from mani_skill.agents.registration import REGISTERED_AGENTS
+        from mani_skill.utils.registration import REGISTERED_ENVS
+    except ImportError as err:
+        raise ConfigError(f"env_type maniskill needs the mani_skill package, which cannot be imported ({err}); run: bash scripts/setup.sh") from None
+    return REGISTERED_ENVS, REGISTERED_AGENTS
+
+
+def task_ids() -> list[str]:
+    return sorted(_registries()[0])
+
+
+def robot_uids() -> list[str]:
+    return sorted(_registries()[1])
+
+
+def default_robot(task_id: str) -> str | None:
+    """The robot a task loads when robot_uids is not given: the default of its constructor's
+    robot_uids argument; None where that is not one robot (multi-robot tasks, fixed robots)."""
+    init = inspect.signature(_registries()[0][task_id].cls.__init__).parameters.get("robot_uids")
+    default = None if init is None else init.default
+    return default if isinstance(default, str) else None
+
+
+class _StandIn:
+    """Whatever a built robot would hold (joints, links, its articulation): controller configs
+    only store such values, so a property that reads them still names its control modes."""
+
+    def __getattr__(self, name: str) -> _StandIn:
+        return _StandIn()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> _StandIn:
+        return _StandIn()
+
+    def __getitem__(self, key: Any) -> _StandIn:
+        return _StandIn()
+
+    def __iter__(self):
+        return iter(())
+
+
+@cache
+def control_modes(robot: str | None) -> tuple[str, ...]:
+    """The control modes `robot` declares (the keys of its agent class's `_controller_configs`),
+    read on an unbuilt instance whose missing attributes (set when SAPIEN loads the robot) are
+    stand-ins. Where that fails for the robot, or the robot is unknown: every mode that any
+    registered robot declares, a superset, so a mode one robot lacks passes here and fails at start."""
+    agents = _registries()[1]
+    if robot in agents:
+        modes = _declared_modes(agents[robot].agent_cls)
+        if modes is not None:
+            return modes
+    return tuple(sorted({m for spec in agents.values() for m in _declared_modes(spec.agent_cls) or ()}))
+
+
+def _declared_modes(agent_cls: type) -> tuple[str, ...] | None:
+    unbuilt = object.__new__(type("Unbuilt", (agent_cls,), {"__getattr__": lambda self, name: _StandIn()}))
+    try:
+        return tuple(unbuilt._controller_configs)
+    except Exception:  # noqa: BLE001 - any failure means the property needs a built robot
+        return None
+
+
+@cache
+def camera_names(task_id: str, robot: str | None) -> tuple[str, ...] | None:
+    """The sensors of a task with a robot: the `CameraConfig` uids in the task class's
+    `_default_sensor_configs` and the agent class's `_sensor_configs`, read from their source
+    (the properties build poses from the scene, so they cannot run without one). None where a
+    uid is not a literal, a property extends its parent's, or nothing is found: unknown."""
+    envs, agents = _registries()
+    task = _literal_camera_uids(envs[task_id].cls, "_default_sensor_configs")
+    if robot is None or robot not in agents:
+        return None
+    arm = _literal_camera_uids(agents[robot].agent_cls, "_sensor_configs")
+    if task is None or arm is None or not task | arm:
+        return None
+    return tuple(sorted(task | arm))
+
+
+def _literal_camera_uids(cls: type, prop: str) -> set[str] | None:
+    owner = next(c for c in cls.__mro__ if prop in vars(c))
+    fn = getattr(vars(owner)[prop], "fget", vars(owner)[prop])
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = getattr(node.func, "id", getattr(node.func, "attr", None))
+        if name == "super":
+            return None
+        if name == "CameraConfig":
+            uid = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "uid"), None)
+            if not (isinstance(uid, ast.Constant) and isinstance(uid.value, str)):
+                return None
+            found.add(uid.value)
+    return found
+
+
+def check_names(params: ManiSkillParams, key: str) -> None:
+    """init_params' task id, robot, control mode and cameras against ManiSkill's registries;
+    `key` is the section's init_params path (env.train.init_params)."""
+    tasks = task_ids()
+    if params.id not in tasks:
+        raise not_in_set(f"{key}.id", params.id, tasks, "a ManiSkill task")
+    robots = robot_uids()
+    if params.robot_uids is not None and params.robot_uids not in robots:
+        raise not_in_set(f"{key}.robot_uids", params.robot_uids, robots, "a ManiSkill robot")
+    robot = params.robot_uids or default_robot(params.id)
+    modes = list(control_modes(robot))
+    if params.control_mode not in modes:
+        raise not_in_set(f"{key}.control_mode", params.control_mode, modes, f"a control mode of {robot or 'any ManiSkill robot'}")
+    cameras = camera_names(params.id, robot)
+    if cameras is None:
+        return
+    if params.main_camera not in cameras:
+        raise not_in_set(f"{key}.main_camera", params.main_camera, list(cameras), f"a camera of {params.id} with {robot}")
+    wrist = [*WRIST_CHOICES, *(c for c in cameras if c != params.main_camera)]
+    if params.wrist_camera not in wrist:
+        raise not_in_set(f"{key}.wrist_camera", params.wrist_camera, wrist, f"a second camera of {params.id} with {robot}")
