@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from embodied_rl.review.metrics import MAX_LINE_WARNINGS
+from embodied_rl.review.metrics import add_lines
 from embodied_rl.review.paths import is_within
 
 HEALTH_FILE = "health.jsonl"
@@ -51,17 +51,7 @@ def read_health(root: Path, series: dict[str, list[list[float]]], warnings: list
         health.status, health.reasons = _status_from_metrics(series)
         return health
     health.status = CLEAN
-    bad = 0
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        problem = _add_event(line, health)
-        if problem:
-            bad += 1
-            if bad <= MAX_LINE_WARNINGS:
-                warnings.append(f"{HEALTH_FILE} line {lineno}: {problem} (skipped)")
-    if bad > MAX_LINE_WARNINGS:
-        warnings.append(f"{HEALTH_FILE}: {bad - MAX_LINE_WARNINGS} more bad lines skipped")
+    add_lines(lines, HEALTH_FILE, lambda line: _add_event(line, health), warnings)
     return health
 
 

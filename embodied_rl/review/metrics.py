@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,19 +33,25 @@ def read_metrics(path: Path) -> Curves:
         curves.warnings.append(f"{path.name} unreadable ({exc.__class__.__name__})")
         return curves
     points: dict[str, dict[float, float]] = {}
+    add_lines(lines, path.name, lambda line: _add_line(line, points), curves.warnings)
+    curves.series = {k: [[s, v] for s, v in sorted(pts.items())] for k, pts in sorted(points.items())}
+    return curves
+
+
+def add_lines(lines: list[str], name: str, add: Callable[[str], str | None], warnings: list[str]) -> None:
+    """Feed each non-empty line of file `name` to `add`; a line it rejects (it returns the problem)
+    is skipped with a warning, the first MAX_LINE_WARNINGS by line number, the rest counted."""
     bad = 0
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        problem = _add_line(line, points)
+        problem = add(line)
         if problem:
             bad += 1
             if bad <= MAX_LINE_WARNINGS:
-                curves.warnings.append(f"{path.name} line {lineno}: {problem} (skipped)")
+                warnings.append(f"{name} line {lineno}: {problem} (skipped)")
     if bad > MAX_LINE_WARNINGS:
-        curves.warnings.append(f"{path.name}: {bad - MAX_LINE_WARNINGS} more bad lines skipped")
-    curves.series = {k: [[s, v] for s, v in sorted(pts.items())] for k, pts in sorted(points.items())}
-    return curves
+        warnings.append(f"{name}: {bad - MAX_LINE_WARNINGS} more bad lines skipped")
 
 
 def _add_line(line: str, points: dict[str, dict[float, float]]) -> str | None:
