@@ -415,4 +415,6 @@ def section_of(path: str) -> str:
     parts = path.split(".")
     if parts[0] == "env" and len(parts) > 2 and parts[1] in ("train", "eval"):
         return ".".join(parts[:2])
-    return parts[0] if parts[0] != "actor" or len(parts) < 3 else ".".join(parts[:2])
+    # actor.model, runner.logger, runner.health: sub-sections whose switches gate their own keys
+    # (a wandb backend, a rollback action), not those of the rest of their section.
+    return parts[0] if parts[0] not in ("actor", "runner") or len(parts) < 3 else ".".join(parts[:2])
