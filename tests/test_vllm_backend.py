@@ -16,6 +16,7 @@ import torch
 from embodied_rl.config.schema.model import model_config
 from embodied_rl.models.create import create_model
 from embodied_rl.models.generators import DeviceGenerators
+from embodied_rl.models.openvla_oft import lora
 from embodied_rl.models.registry import build_policy
 from embodied_rl.types import EnvObservation
 
@@ -269,31 +270,55 @@ def test_vllm_encoder_only_attention_path_with_two_cameras_matches_hf(tmp_path):
         eng.close()
 
 
-def test_lora_adapters_are_folded_into_the_engine_as_peft_applies_them(ckpt):
-    """is_lora: the actor syncs adapters and heads only; the engine gets the core with the
-    adapters folded in (Linear layers and the ViTs' Conv2d patch embeddings alike) and acts as
-    the HF policy with those adapters does."""
+def _perturbed_adapters(policy, seed: int) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return {k: v + 0.05 * torch.randn(v.shape, generator=gen) if "lora_B" in k else v
+            for k, v in policy.trainable_state_dict().items()}
+
+
+def _core_weights_held(engine: VLLMOpenVLAOFT) -> list[str]:
+    """Names of the host's core tensors that hold data, adapters aside."""
+    return [n for n, t in [*lora.unwrap(engine.host.vla).named_parameters(), *engine.host.vla.named_buffers(remove_duplicate=False)]
+            if "lora_" not in n and not t.is_meta and t.is_floating_point() and t.numel() > 1 and "inv_freq" not in n]
+
+
+def test_lora_adapters_are_folded_into_the_engine_as_peft_applies_them(ckpt, tmp_path):
+    """is_lora: the actor syncs adapters and heads only; the engine gets the adapted layers with
+    the adapters folded in (Linear layers and the ViTs' Conv2d patch embeddings alike) and acts as
+    the HF policy with those adapters does, sync after sync (each replaces the last fold). The
+    host keeps no copy of the core: its base weights stay on the meta device and the fold reads
+    them from the checkpoint. Saved adapters are folded in at start."""
     cfg = _cfg(ckpt, is_lora=True, lora_rank=4)
     hf_lora = build_policy(cfg, device="cpu", warn_untrained_value_head=False).eval()
-    gen = torch.Generator().manual_seed(0)
-    sd = {k: v + 0.05 * torch.randn(v.shape, generator=gen) if "lora_B" in k else v
-          for k, v in hf_lora.trainable_state_dict().items()}
-    assert any("patch_embed.proj.lora_B" in k for k in sd) and not any("base_layer" in k for k in sd)
+    first, second = _perturbed_adapters(hf_lora, 0), _perturbed_adapters(hf_lora, 1)
+    assert any("patch_embed.proj.lora_B" in k for k in first) and not any("base_layer" in k for k in first)
     engine = VLLMOpenVLAOFT(ckpt, cfg, max_num_seqs=8)
+    inputs = hf_lora.prepare_inputs(_obs(11))
     try:
-        inputs = hf_lora.prepare_inputs(_obs(11))
+        assert _core_weights_held(engine) == []
         before = engine.predict(inputs, do_sample=False)
-        hf_lora.load_trainable_state_dict(sd)
-        engine.load_trainable_state_dict(sd)
-        with torch.no_grad():
-            ref = hf_lora.predict(inputs, do_sample=False)
-        out = engine.predict(inputs, do_sample=False)
+        for sd in (first, second):
+            hf_lora.load_trainable_state_dict(sd)
+            engine.load_trainable_state_dict(sd)
+            with torch.no_grad():
+                ref = hf_lora.predict(inputs, do_sample=False)
+            out = engine.predict(inputs, do_sample=False)
+            assert torch.equal(out.action_tokens, ref.action_tokens)
+            assert (out.logprobs - ref.logprobs).abs().max() < TOL
+            assert (out.values - ref.values).abs().max() < TOL
+        assert not torch.equal(out.action_tokens, before.action_tokens)
     finally:
         engine.close()
-    assert not torch.equal(out.action_tokens, before.action_tokens)
+    saved = tmp_path / "with_adapters"
+    hf_lora.save_checkpoint(saved)
+    restarted = VLLMOpenVLAOFT(saved, cfg, max_num_seqs=8)
+    try:
+        assert restarted.host.loaded_adapters and _core_weights_held(restarted) == []
+        out = restarted.predict(inputs, do_sample=False)
+    finally:
+        restarted.close()
     assert torch.equal(out.action_tokens, ref.action_tokens)
     assert (out.logprobs - ref.logprobs).abs().max() < TOL
-    assert (out.values - ref.values).abs().max() < TOL
 
 
 def test_critic_saved_inside_the_main_weights_runs_on_the_host(tmp_path):

@@ -9,9 +9,12 @@ read with torch.load(weights_only=True)).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -39,6 +42,36 @@ def read_state_dict(ckpt_dir: str | Path) -> dict[str, torch.Tensor]:
     if (d / SINGLE_NAME).is_file():
         return load_file(str(d / SINGLE_NAME))
     raise CheckpointError(f"{d} has no {INDEX_NAME} or {SINGLE_NAME}; model_path must be a checkpoint in the HF safetensors layout")
+
+
+class TensorReader:
+    """Single tensors of the main model by name, read from its memory-mapped files on demand:
+    a reader holds no weights, only the files' maps (for consumers that need a few tensors at a
+    time, e.g. folding LoRA adapters layer by layer)."""
+
+    def __init__(self, ckpt_dir: str | Path) -> None:
+        d = Path(ckpt_dir)
+        if (d / INDEX_NAME).is_file():
+            with open(d / INDEX_NAME) as f:
+                self.weight_map: dict[str, str] = json.load(f)["weight_map"]
+        elif (d / SINGLE_NAME).is_file():
+            with safe_open(str(d / SINGLE_NAME), framework="pt") as f:
+                self.weight_map = dict.fromkeys(f.keys(), SINGLE_NAME)
+        else:
+            raise CheckpointError(f"{d} has no {INDEX_NAME} or {SINGLE_NAME}; model_path must be a checkpoint in the HF safetensors layout")
+        self.dir = d
+        self._files: dict[str, Any] = {}
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.weight_map)
+
+    def __call__(self, name: str) -> torch.Tensor:
+        if name not in self.weight_map:
+            raise CheckpointError(f"{self.dir}: no tensor {name!r} in the main weights")
+        file = self.weight_map[name]
+        if file not in self._files:
+            self._files[file] = safe_open(str(self.dir / file), framework="pt")
+        return self._files[file].get_tensor(name)
 
 
 def write_state_dict(sd: dict[str, torch.Tensor], ckpt_dir: str | Path, max_shard_bytes: int = 5 * 2**30) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -59,22 +59,45 @@ def base_state_dict(vla: nn.Module) -> dict[str, torch.Tensor]:
     return {k.replace(".base_layer.", "."): v for k, v in sd.items() if "lora_" not in k}
 
 
-def merged_state_dict(vla: nn.Module) -> dict[str, torch.Tensor]:
-    """The core's weights with the active adapters folded in, under the official names, computed
-    layer by layer from peft's own delta (`get_delta_weight`: Linear and Conv alike); `vla` is
-    left untouched and no copy of the whole core is made."""
+def merged_adapted_weights(vla: nn.Module, base: Callable[[str], torch.Tensor] | None = None,
+                           ) -> Iterator[tuple[str, torch.Tensor]]:
+    """(official name, weight with the active adapter folded in) of each adapted layer, one layer
+    at a time, from peft's own delta (`get_delta_weight`: Linear and Conv alike). Only these
+    weights differ from the base checkpoint, so a consumer holding the base (the vLLM engine)
+    needs nothing else. `base(name)`: where the base weight comes from when the model's own is
+    not materialised (a checkpoint reader); by default the model's. `vla` is left untouched."""
     from peft.tuners.lora import LoraLayer
 
-    sd = base_state_dict(vla)
     if not is_peft(vla):
-        return sd
+        return
     active = vla.active_adapter
     with torch.no_grad():
         for name, module in unwrap(vla).named_modules():
             if isinstance(module, LoraLayer) and active in module.lora_A:
                 key = f"{name}.weight"
-                sd[key] = sd[key] + module.get_delta_weight(active).to(sd[key].dtype)
-    return sd
+                weight = module.get_base_layer().weight if base is None else base(key)
+                delta = module.get_delta_weight(active)
+                yield key, (weight.to(delta.dtype) + delta).to(module.get_base_layer().weight.dtype)
+
+
+def materialize_adapters(vla: nn.Module, adapter_dir: str | Path | None) -> None:
+    """Allocate the adapters of a peft model built on the meta device on the CPU, leaving its base
+    weights on meta: the saved adapters of `adapter_dir`, else zeros (a zero B leaves the base as
+    it is, which is what fresh adapters do)."""
+    from peft import set_peft_model_state_dict
+    from peft.utils import load_peft_weights
+
+    for name, module in vla.named_modules():
+        if "lora_" in name and not list(module.children()):
+            module.to_empty(device="cpu")
+            with torch.no_grad():
+                for p in module.parameters():
+                    p.zero_()
+    if adapter_dir is not None:
+        result = set_peft_model_state_dict(vla, load_peft_weights(str(adapter_dir), device="cpu"))
+        unexpected = getattr(result, "unexpected_keys", [])
+        if unexpected:
+            raise UserError(f"{adapter_dir}: adapter tensors that fit no LoRA layer of the model, e.g. {', '.join(unexpected[:3])}")
 
 
 def merged_core(vla: nn.Module) -> nn.Module:

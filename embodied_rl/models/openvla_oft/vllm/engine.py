@@ -14,8 +14,6 @@ vLLM's CPU build sizes its cache by VLLM_CPU_KVCACHE_SPACE (engine_env) instead.
 """
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import tempfile
 from collections.abc import Iterable
@@ -60,46 +58,36 @@ def engine_env(num_threads: int) -> dict[str, str]:
 
 def _host_policy(path: Path, model_cfg: OpenVLAOFTConfig, init_seed: int) -> OpenVLAOFTPolicy:
     """The HF policy without its core weights: processors, statistics, value head, proprio projector
-    (in model_cfg.precision, as the HF policy's).
+    (in model_cfg.precision, as the HF policy's); the engine holds the core.
 
-    Under LoRA the whole policy instead: folding the adapters into the engine's weights needs the
-    base weights they apply to (one more copy of the core in host memory)."""
-    from transformers import PreTrainedTokenizerFast
-
+    Under LoRA the core's module tree too, adapters included (they train in the actor and are
+    folded into the engine's weights at every sync), with every base weight left on the meta
+    device: the fold reads the adapted layers' base weights from the checkpoint files when it
+    needs them (VLLMOpenVLAOFT._write_adapted)."""
+    dtype = PRECISION_DTYPES[model_cfg.precision]
     if model_cfg.is_lora:
-        from embodied_rl.models.registry import build_policy
+        host = OpenVLAOFTPolicy.skeleton(path, model_cfg, device="cpu", dtype=dtype)
+        lora.materialize_adapters(host.vla, host._adapter_dir(path))
+    else:
+        from transformers import PreTrainedTokenizerFast
 
-        cfg = dataclasses.replace(model_cfg, model_path=str(path))
-        return build_policy(cfg, device="cpu", warn_untrained_value_head=False, init_seed=init_seed).eval()
-
-    arch = OpenVLAArchConfig.load(path)
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path))
-    with torch.device("meta"):
-        host = OpenVLAOFTPolicy(model_cfg, arch, tokenizer, load_dataset_statistics(path), checkpoint_norm_stats(path))
+        arch = OpenVLAArchConfig.load(path)
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path))
+        with torch.device("meta"):
+            host = OpenVLAOFTPolicy(model_cfg, arch, tokenizer, load_dataset_statistics(path), checkpoint_norm_stats(path))
     embedded = _embedded_value_head(path)
     load_components(host.components(), path, {VALUE_HEAD: embedded} if embedded else {}, False, init_seed)
     for module in host.components().values():
         if module is not None:
-            module.to(PRECISION_DTYPES[model_cfg.precision])
-    return host
+            module.to(dtype)
+    return host.eval()
 
 
 def _embedded_value_head(path: Path) -> dict[str, torch.Tensor]:
     """`value_head.*` tensors saved inside the main weights (RLinf's layout), read without loading the rest."""
-    from safetensors import safe_open
-
-    index = path / ckpt.INDEX_NAME
-    if index.is_file():
-        with open(index) as f:
-            files = sorted(set(json.load(f)["weight_map"].values()))
-    else:
-        files = [ckpt.SINGLE_NAME]
+    reader = ckpt.TensorReader(path)
     prefix = f"{VALUE_HEAD}."
-    out = {}
-    for name in files:
-        with safe_open(str(path / name), framework="pt") as f:
-            out.update({k.removeprefix(prefix): f.get_tensor(k) for k in f.keys() if k.startswith(prefix)})  # noqa: SIM118
-    return out
+    return {k.removeprefix(prefix): reader(k) for k in reader if k.startswith(prefix)}
 
 
 class VLLMOpenVLAOFT:
@@ -114,6 +102,7 @@ class VLLMOpenVLAOFT:
         self.model_cfg = model_cfg
         self.dtype = PRECISION_DTYPES[model_cfg.precision]
         self.host = _host_policy(path, model_cfg, init_seed)
+        self._base_weights = ckpt.TensorReader(path) if model_cfg.is_lora else None
         arch = self.host.arch
         self.image_id, self.action_id = layout.placeholder_ids(arch)
         self.stop_id = self.host.vla.stop_token_id if model_cfg.append_stop_token else None
@@ -132,7 +121,7 @@ class VLLMOpenVLAOFT:
         self.hidden_size = hidden
         self.weight_version = 0
         if model_cfg.is_lora and self.host.loaded_adapters:
-            self._write_core(lora.merged_state_dict(self.host.vla))  # the engine loaded the base weights only
+            self._write_adapted()  # the engine loaded the base weights only
 
     # ----------------------------------------------------------------- inputs
     def prepare_inputs(self, obs: Any) -> dict[str, torch.Tensor]:
@@ -196,14 +185,14 @@ class VLLMOpenVLAOFT:
         """Buckets of the HF policy's trainable_state_dict (distributed/weight_sync.py) -> engine +
         heads, in place, one bucket at a time. Full fine-tuning: the core tensors of each bucket go
         straight into the engine (its load_weights copies them), the heads into the host policy.
-        LoRA: adapters and heads into the host policy, then, once all arrived, the core with the
-        adapters folded in into the engine. Returns the number of buckets."""
+        LoRA: adapters and heads into the host policy, then, once all arrived, the adapted layers
+        with the adapters folded in into the engine (_write_adapted). Returns the number of buckets."""
         from embodied_rl.distributed.weight_sync import load_buckets
 
         keys = self.trainable_keys()
         if self.model_cfg.is_lora:
             count = load_buckets(lambda part: self.host.load_state_dict(part, strict=False), buckets, keys)
-            self._write_core(lora.merged_state_dict(self.host.vla))
+            self._write_adapted()
         else:
             count = load_buckets(self._load_part, buckets, keys)
             self._reset_encoder_cache()
@@ -219,6 +208,17 @@ class VLLMOpenVLAOFT:
             heads = {k.removeprefix(prefix): v for k, v in part.items() if k.startswith(prefix)}
             if module is not None and heads:
                 module.load_state_dict(heads, strict=False)
+
+    def _write_adapted(self) -> None:
+        """LoRA: the adapted layers' weights with the adapters folded in, merged one layer at a time
+        on the host from the checkpoint's base weight (memory-mapped) and written in buckets. The
+        other core weights stay as the engine loaded them (frozen under LoRA); the host holds at
+        most one bucket of merged weights."""
+        from embodied_rl.distributed.weight_sync import make_buckets
+
+        for bucket in make_buckets(lora.merged_adapted_weights(self.host.vla, self._base_weights)):
+            self._write_core(bucket, reset_cache=False)
+        self._reset_encoder_cache()
 
     def _write_core(self, weights: dict[str, torch.Tensor], reset_cache: bool = True) -> None:
         """Core tensors under the checkpoint's names into the running engine, in place (the
