@@ -114,8 +114,3 @@ def bi_level_gae(
         last = delta + gamma * lam * last
         adv[..., j] = last
     return adv, adv + v
-
-
-def episode_scores(rewards: Tensor, valid: Tensor) -> Tensor:
-    """Sum of valid step rewards per env. rewards, valid: [S, N] -> [N]."""
-    return (rewards * valid.to(rewards.dtype)).sum(dim=0)

@@ -157,9 +157,6 @@ class SegmentPool:
         except FileNotFoundError:
             pass
 
-    def num_segments(self) -> int:
-        return len(self._segments)
-
     def close(self) -> None:
         """Unlink all of this producer's segments (readers keep their mappings until closed)."""
         for seg in list(self._segments):

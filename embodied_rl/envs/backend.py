@@ -203,7 +203,3 @@ def _import_builtin_backends() -> None:
 def available_simulators() -> list[str]:
     _import_builtin_backends()
     return sorted(_SIMULATORS)
-
-
-def backend_params(name: str) -> Any:
-    return get_simulator(name).params_cls

@@ -149,10 +149,6 @@ class Trajectory:
     ref_logprobs: torch.Tensor | None = None
 
     @property
-    def num_steps(self) -> int:
-        return int(self.action_tokens.shape[0])
-
-    @property
     def num_envs(self) -> int:
         return int(self.action_tokens.shape[1])
 

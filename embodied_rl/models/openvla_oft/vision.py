@@ -77,9 +77,6 @@ class FusedVisionBackbone(nn.Module):
     def channels_per_image(self) -> int:
         return 3 * len(self.towers)
 
-    def set_num_images_in_input(self, n: int) -> None:
-        self.num_images_in_input = n
-
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         for tower in self.towers:
             tower.set_grad_checkpointing(enable)
