@@ -3,6 +3,7 @@ simulator settings every context gets, and loading a config in a context (a tupl
 '@<name>' picking another experiment config). Not a test module."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from typing import Any
@@ -84,10 +85,21 @@ def env_type_in(ctx: tuple[str, ...], mode: str) -> str | None:
 
 
 def present(ctx: tuple[str, ...], path: str) -> bool:
-    """Whether a key exists in the context's composed tree (else `+key=` adds it)."""
+    """Whether a plain `key=` sets the key in the context: it exists in the composed tree, or it
+    is a key of the model type's own config class (actor.model's keys need not be in the YAML);
+    else `+key=` adds it."""
     node: Any = _tree(ctx)
     for part in path.split("."):
         if not isinstance(node, dict) or part not in node:
-            return False
+            return _model_type_key(ctx, path)
         node = node[part]
     return True
+
+
+def _model_type_key(ctx: tuple[str, ...], path: str) -> bool:
+    section, _, key = path.rpartition(".")
+    if section != "actor.model":
+        return False
+    from embodied_rl.config.schema.model import ModelConfig
+
+    return key in {f.name for f in dataclasses.fields(ModelConfig.variant(_tree(ctx)["actor"]["model"]))}

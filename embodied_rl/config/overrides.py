@@ -94,8 +94,8 @@ def apply_override(tree: dict[str, Any], ov: Override) -> None:
     last = parts[-1]
     if ov.add:
         if _is_fixed(tp):
-            if last in node:
-                raise ConfigError(f"override '{ov.text}': '{ov.key}' already exists; drop the '+' to set it")
+            if last in node or last in field_types(tp):
+                raise ConfigError(f"override '{ov.text}': '{ov.key}' is a key of its section; drop the '+' to set it")
             raise unknown_key_error(path, last, list(node), hint=" ('+' only adds keys to free-form sections such as env.train.init_params)")
         node[last] = ov.value
         return
