@@ -78,6 +78,25 @@ def test_sampling_functions():
         S.process_logits(logits, 0.0, 0)
 
 
+def test_a_bin_window_keeps_samples_near_the_greedy_bin_and_scores_them_within_it():
+    """A bimodal token (modes 100 bins apart): top-k keeps both modes, the window only the bins
+    around the most likely one; the log-probs are those of the windowed distribution, and the
+    greedy token is the same with or without the window."""
+    logits = torch.full((200, 3, 256), -10.0)
+    logits[..., 40], logits[..., 41], logits[..., 39], logits[..., 140] = 3.0, 2.5, 2.0, 2.8
+    gen = torch.Generator().manual_seed(0)
+    wide = S.sample_tokens(S.process_logits(logits, 1.0, 4), True, gen)
+    assert (wide == 140).any()  # top-4 reaches the far mode
+    windowed = S.process_logits(logits, 1.0, 4, window=2)
+    tokens = S.sample_tokens(windowed, True, gen)
+    assert ((tokens - 40).abs() <= 2).all() and set(tokens.unique().tolist()) == {39, 40, 41}
+    near = torch.tensor([3.0, 2.5, 2.0]).log_softmax(0)  # bins 40, 41, 39 alone
+    torch.testing.assert_close(S.token_logprobs(windowed, torch.full((200, 3), 41)), torch.full((200, 3), float(near[1])))
+    assert torch.equal(S.process_logits(logits, 1.0, 0, window=2).argmax(-1), logits.argmax(-1))
+    tokens, logprobs, _ = S.sample_and_score(logits, do_sample=True, temperature=1.0, top_k=0, logprob_top_k=None, window=2)
+    assert ((tokens - 40).abs() <= 2).all() and torch.isfinite(logprobs).all()
+
+
 @pytest.fixture(scope="module")
 def policy(tmp_path_factory):
     out = tmp_path_factory.mktemp("tiny") / "m"

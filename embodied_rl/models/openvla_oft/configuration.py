@@ -26,6 +26,7 @@ class OpenVLAOFTConfig(ModelConfig):
     append_stop_token: bool = field(default=True, metadata={"help": "End the sequence with '</s>' after the action slots (official OFT training layout); false = RLinf's layout without it."})
     attention_mode: str = field(default="bidirectional", metadata={"help": "bidirectional (OpenVLA-OFT's parallel decoding) | causal (only for checkpoints trained with a causal mask, e.g. by stock-transformers RLinf runs)."})
     lora_target_modules: list[str] = field(default_factory=lambda: list(LORA_TARGETS), metadata={"help": "Module-name suffixes wrapped with LoRA (peft matching)."})
+    action_bin_window: int = field(default=0, metadata={"help": "Sampling and its log-probs keep only the action bins within this many bins of each token's most likely bin (0: no window). Top-k keeps the most likely bins wherever they lie, which for a small policy includes far ones (actions that jump); the window keeps sampled actions near the greedy action. One bin is 2/256 of the normalised action range. Greedy decoding is unchanged."})
 
     def validate(self) -> None:
         super().validate()
@@ -33,5 +34,7 @@ class OpenVLAOFTConfig(ModelConfig):
             raise model_key_error("attention_mode", f"got {self.attention_mode!r}, expected one of bidirectional, causal")
         if self.max_prompt_length < 1:
             raise model_key_error("max_prompt_length", f"must be >= 1, got {self.max_prompt_length}")
+        if not 0 <= self.action_bin_window < 256:
+            raise model_key_error("action_bin_window", f"must be in [0, 255] bins (0: no window), got {self.action_bin_window}")
         if not self.lora_target_modules:
             raise model_key_error("lora_target_modules", "must name at least one module")

@@ -11,14 +11,18 @@ import torch
 from embodied_rl.models.generators import GeneratorLike, generator_for
 
 
-def process_logits(logits: torch.Tensor, temperature: float, top_k: int) -> torch.Tensor:
-    """[B, T, K] -> float32 [B, T, K]: divide by temperature, keep the top_k largest (top_k <= 0: all)."""
+def process_logits(logits: torch.Tensor, temperature: float, top_k: int, window: int = 0) -> torch.Tensor:
+    """[B, T, K] -> float32 [B, T, K]: divide by temperature, keep the top_k largest (top_k <= 0:
+    all) and, with a window, only the bins within `window` of each token's most likely bin."""
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 (use do_sample=False for greedy), got {temperature}")
     x = logits.float() / temperature
     if 0 < top_k < x.shape[-1]:
         kth = torch.topk(x, top_k, dim=-1).values[..., -1:]
         x = x.masked_fill(x < kth, float("-inf"))
+    if window > 0:
+        bins = torch.arange(x.shape[-1], device=x.device)
+        x = x.masked_fill((bins - x.argmax(dim=-1, keepdim=True)).abs() > window, float("-inf"))
     return x
 
 
@@ -38,13 +42,14 @@ def token_logprobs(processed: torch.Tensor, tokens: torch.Tensor) -> torch.Tenso
 
 
 def sample_and_score(logits: torch.Tensor, *, do_sample: bool, temperature: float, top_k: int, logprob_top_k: int | None,
-                     generator: GeneratorLike = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                     window: int = 0, generator: GeneratorLike = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """[B, T, K] logits -> (tokens int64 [B, T], logprobs [B, T], entropy [B, T]): tokens drawn
-    with `top_k`, scored under `logprob_top_k` (None: the same policy they were drawn from)."""
-    processed = process_logits(logits, temperature, top_k)
+    with `top_k` and `window`, scored under `logprob_top_k` (None: the same policy they were drawn
+    from) and the same window."""
+    processed = process_logits(logits, temperature, top_k, window)
     tokens = sample_tokens(processed, do_sample, generator)
     if logprob_top_k is not None and logprob_top_k != top_k:
-        processed = process_logits(logits, temperature, logprob_top_k)
+        processed = process_logits(logits, temperature, logprob_top_k, window)
     return tokens, token_logprobs(processed, tokens), token_entropy(processed)
 
 
