@@ -216,8 +216,9 @@ def main() -> None:
     else:
         cost = ("set_policy_repeats", args.repeats or calibrate(*settings[1][1:], args))
     walls: dict[int, list[float]] = {1: [], 2: []}
+    method, value = cost
     for _, _, rollouts in settings.values():
-        rollouts.run(*cost)
+        getattr(rollouts, method)(value).wait()
     # Epochs of the two settings alternate, so slow drifts of this shared machine hit both alike.
     for _ in range(args.epochs):
         for stages, (_, envs, rollouts) in settings.items():

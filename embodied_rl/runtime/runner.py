@@ -1,7 +1,7 @@
 """The training and evaluation loops over the worker groups.
 
 One training step:  rollout (env ∥ rollout workers, `rollout_epoch` times)
-                    -> advantages (driver, pure functions of the batch)
+                    -> advantages (every actor rank, from the rollout workers' object-store refs: pure functions of the batch)
                     -> update (actor group, FSDP2)
                     -> weight sync (actor rank 0 -> rollout workers, trainable tensors only)
 Every rollout epoch starts fresh episodes from seeded reset ids, so a checkpoint taken between
