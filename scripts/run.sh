@@ -18,7 +18,16 @@ case "$JOB" in
     bash scripts/setup.sh --browser --vllm
     # No path given = pyproject's testpaths (tests/); arguments select files or tests.
     # -p no:cacheprovider: a clean clone stays clean; the per-test timeout catches hangs.
-    exec .venv/bin/python -m pytest -p no:cacheprovider --timeout 900 --durations=25 "$@"
+    # Lint first (pyproject's ruff rules): an unused import or a style slip fails in a second.
+    .venv/bin/ruff check --no-cache --quiet . || { echo "ruff check failed (fix the lines above; 'ruff check --fix .' fixes many)" >&2; exit 1; }
+    # Parallel workers (tests/conftest.py says how tests are grouped and ordered): one per core,
+    # at most one per 8 GiB of memory; `-n 0` runs the tests in this process.
+    cores=$(nproc)
+    mem_gib=$(awk '/MemTotal/ {print int($2 / 1048576)}' /proc/meminfo)
+    workers=$(( cores < mem_gib / 8 ? cores : mem_gib / 8 ))
+    (( workers >= 1 )) || workers=1
+    exec .venv/bin/python -m pytest -p no:cacheprovider --timeout 900 --durations=25 \
+      -n "$workers" --dist loadfile --no-loadscope-reorder "$@"
     ;;
   *)
     bash scripts/setup.sh

@@ -8,7 +8,10 @@ ICD, MUJOCO_GL), set before any simulator is imported.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -38,3 +41,55 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 def repo_root() -> Path:
     """The checkout under test."""
     return REPO_ROOT
+
+
+# ------------------------------------------------------------------ parallel workers (pytest-xdist)
+# `scripts/run.sh test` runs the suite in parallel workers with `--dist loadfile`: a module runs in
+# one worker, so its tests share its module-scoped fixtures (a training run that several tests
+# read is made once).
+FIRST_MODULES = ("tests.test_schema_walk",)  # the longest single test, one core's work: start it first
+
+
+def _module(item: pytest.Item) -> str:
+    module = getattr(item, "module", None)
+    return module.__name__ if module is not None else item.nodeid.split("::")[0]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Modules are handed to the workers in collection order: the walk first, then the modules
+    with slow tests, so the workers end together instead of one waiting on another's long tail."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    slow = {_module(item) for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: (_module(item) not in FIRST_MODULES, _module(item) not in slow))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """A test marked `serial` has the machine to itself (it counts processes and shared-memory
+    segments machine-wide); the others share it. Around the whole protocol, so the module
+    fixtures a test sets up or tears down are inside too."""
+    with machine_share(exclusive=item.get_closest_marker("serial") is not None):
+        return (yield)
+
+
+@contextlib.contextmanager
+def machine_share(exclusive: bool):
+    """A writer-preferring reader/writer lock over the workers of one pytest-xdist run: a
+    serial test takes the gate, so the other workers stop at their next test, then waits for
+    their current one to end."""
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not run_id:
+        yield
+        return
+    base = Path(tempfile.gettempdir()) / f"erl-suite-{run_id}"
+    with open(f"{base}.gate", "a") as gate, open(f"{base}.lock", "a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -29,7 +29,7 @@ from tests.cli_runs import (
     wait_for_checkpoint,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.maniskill]
+pytestmark = [pytest.mark.slow, pytest.mark.maniskill, pytest.mark.serial]  # serial: counts processes and segments machine-wide
 
 
 @pytest.fixture(scope="module")
