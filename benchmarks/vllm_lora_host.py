@@ -9,8 +9,8 @@ CPU (the route the backend took before).
 
 Each measurement runs in its own fresh process (spawned), on the `small` preset (~46M parameters),
 fp32, LoRA rank 8:
-  whole policy     RSS added by build_policy(is_lora) on the CPU (the former host)
-  engine host      RSS added by VLLMOpenVLAOFT._host_policy (the host as it is now)
+  whole policy     RSS added by build_policy(is_lora) on the CPU (the former host), every tensor read
+  engine host      RSS added by VLLMOpenVLAOFT._host_policy (the host as it is now), every tensor read
   sync peak        peak RSS a LoRA sync adds in a running engine (VmHWM after clear_refs),
                    beside the bytes of the adapted layers' weights it writes
 Median over repeats; prints whole policy / engine host.
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import importlib
 import multiprocessing as mp
 import os
 import statistics
@@ -43,10 +44,14 @@ def _cfg(path: str):
 
 
 def _rss_added(route: str, path: str, queue: mp.Queue) -> None:
-    import torch  # noqa: F401  (imported before the baseline RSS: not part of what is measured)
+    # Imported before the baseline RSS: libraries are not part of what is measured (embodied_rl
+    # first: its import hook must be in place before peft pulls in transformers' models).
+    import torch
 
     from embodied_rl.models.openvla_oft.vllm import engine
     from embodied_rl.models.registry import build_policy
+
+    importlib.import_module("peft")
 
     ctypes.CDLL("libc.so.6").malloc_trim(0)
     before = _status_kib("VmRSS")
@@ -54,6 +59,10 @@ def _rss_added(route: str, path: str, queue: mp.Queue) -> None:
         held = build_policy(_cfg(path), device="cpu", warn_untrained_value_head=False)
     else:
         held = engine._host_policy(Path(path), _cfg(path), 0)
+    with torch.no_grad():  # read every tensor it holds, as a sync's fold does: memory-mapped pages become resident
+        for t in held.state_dict().values():
+            if not t.is_meta:
+                t.float().sum()
     queue.put((_status_kib("VmRSS") - before) / 1024)
     del held
 

@@ -47,7 +47,11 @@ def repo_root() -> Path:
 # `scripts/run.sh test` runs the suite in parallel workers with `--dist loadfile`: a module runs in
 # one worker, so its tests share its module-scoped fixtures (a training run that several tests
 # read is made once).
-FIRST_MODULES = ("tests.test_schema_walk",)  # the longest single test, one core's work: start it first
+# The longest modules, longest first (serial durations, docs/BENCHMARKS.md): handed out first so
+# that no worker starts one of them when the others are nearly done.
+LONGEST_MODULES = ("tests.test_schema_walk", "tests.test_shipped_configs", "tests.test_runtime_e2e", "tests.test_recovery",
+                   "tests.test_multinode", "tests.test_sft", "tests.test_health_e2e", "tests.test_health_induced",
+                   "tests.test_learning", "tests.test_leaks")
 
 
 def _module(item: pytest.Item) -> str:
@@ -56,12 +60,18 @@ def _module(item: pytest.Item) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Modules are handed to the workers in collection order: the walk first, then the modules
-    with slow tests, so the workers end together instead of one waiting on another's long tail."""
+    """Modules are handed to the workers in collection order: the longest first, then the other
+    modules with slow tests, so the workers end together instead of one waiting on another's
+    long tail."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     slow = {_module(item) for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: (_module(item) not in FIRST_MODULES, _module(item) not in slow))
+
+    def rank(item: pytest.Item) -> tuple[int, bool]:
+        module = _module(item)
+        return (LONGEST_MODULES.index(module) if module in LONGEST_MODULES else len(LONGEST_MODULES), module not in slow)
+
+    items.sort(key=rank)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -42,6 +42,14 @@ def _obs(seed: int = 0, n: int = 3, wrist: bool = False) -> EnvObservation:
                           task_descriptions=[TASKS[i % len(TASKS)] for i in range(n)], wrist_images=image() if wrist else None)
 
 
+def _assert_acts_alike(out, ref, values: bool = True) -> None:
+    """The engine's output `out` takes the HF policy's actions, with its log-probs (and values) within TOL."""
+    assert torch.equal(out.action_tokens, ref.action_tokens)
+    assert (out.logprobs - ref.logprobs).abs().max() < TOL
+    if values:
+        assert (out.values - ref.values).abs().max() < TOL
+
+
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory) -> Path:
     return create_model("tiny", tmp_path_factory.mktemp("tiny") / "ckpt", image_size=64, seed=0).path
@@ -200,9 +208,7 @@ def test_weight_sync_changes_actions_as_loading_into_hf_does(hf, engine, ckpt, t
             ref = hf.predict(inputs, do_sample=False)
         out = engine.predict(inputs, do_sample=False)
         assert not torch.equal(out.action_tokens, before.action_tokens)
-        assert torch.equal(out.action_tokens, ref.action_tokens)
-        assert (out.logprobs - ref.logprobs).abs().max() < TOL
-        assert (out.values - ref.values).abs().max() < TOL
+        _assert_acts_alike(out, ref)
     finally:
         engine.load_trainable_state_dict(old)
         hf.load_trainable_state_dict(old)
@@ -223,8 +229,7 @@ def test_weight_sync_invalidates_vision_features_of_images_seen_before(hf, engin
             ref = hf.predict(inputs, do_sample=False)
         out = engine.predict(inputs, do_sample=False)
         assert (ref.logprobs - before.logprobs).abs().max() > 100 * TOL  # the projector matters here
-        assert torch.equal(out.action_tokens, ref.action_tokens)
-        assert (out.logprobs - ref.logprobs).abs().max() < TOL
+        _assert_acts_alike(out, ref, values=False)
     finally:
         engine.load_trainable_state_dict(old)
         hf.load_trainable_state_dict(old)
@@ -236,8 +241,7 @@ def test_batch_larger_than_the_engine_batch_keeps_request_order(hf, engine):
     with torch.no_grad():
         ref = hf.predict(inputs, do_sample=False)
     out = engine.predict(inputs, do_sample=False)
-    assert torch.equal(out.action_tokens, ref.action_tokens)
-    assert (out.logprobs - ref.logprobs).abs().max() < TOL
+    _assert_acts_alike(out, ref, values=False)
 
 
 def test_vllm_encoder_only_attention_path_with_two_cameras_matches_hf(tmp_path):
@@ -257,9 +261,7 @@ def test_vllm_encoder_only_attention_path_with_two_cameras_matches_hf(tmp_path):
         with torch.no_grad():
             ref = hf32.predict(inputs, do_sample=False)
         out = eng.predict(inputs, do_sample=False)
-        assert torch.equal(out.action_tokens, ref.action_tokens)
-        assert (out.logprobs - ref.logprobs).abs().max() < TOL
-        assert (out.values - ref.values).abs().max() < TOL
+        _assert_acts_alike(out, ref)
         # The wrist camera reaches the action slots.
         wrist = {k: v.clone() for k, v in inputs.items()}
         wrist["images"][:, 3:] = 255 - wrist["images"][:, 3:]
@@ -303,9 +305,7 @@ def test_lora_adapters_are_folded_into_the_engine_as_peft_applies_them(ckpt, tmp
             with torch.no_grad():
                 ref = hf_lora.predict(inputs, do_sample=False)
             out = engine.predict(inputs, do_sample=False)
-            assert torch.equal(out.action_tokens, ref.action_tokens)
-            assert (out.logprobs - ref.logprobs).abs().max() < TOL
-            assert (out.values - ref.values).abs().max() < TOL
+            _assert_acts_alike(out, ref)
         assert not torch.equal(out.action_tokens, before.action_tokens)
     finally:
         engine.close()
@@ -317,8 +317,7 @@ def test_lora_adapters_are_folded_into_the_engine_as_peft_applies_them(ckpt, tmp
         out = restarted.predict(inputs, do_sample=False)
     finally:
         restarted.close()
-    assert torch.equal(out.action_tokens, ref.action_tokens)
-    assert (out.logprobs - ref.logprobs).abs().max() < TOL
+    _assert_acts_alike(out, ref, values=False)
 
 
 def test_critic_saved_inside_the_main_weights_runs_on_the_host(tmp_path):
