@@ -112,17 +112,22 @@ def rows(cls: type, prefix: str, skip: tuple[str, ...] = ()) -> list[str]:
         if dataclasses.is_dataclass(tp):
             out.extend(rows(tp, key, skip))
             continue
-        help_ = f.metadata.get("help", "")
-        out.append(f"| `{key}` | {_cell(type_name(tp))} | {_cell(_fmt(_default(f)))} | {_cell(help_)} |")
+        out.append(_row(key, tp, f))
         section = _optional_section(tp)
         if section is not None:  # an optional section: document its keys too
             out.extend(rows(section, key, skip))
     return out
 
 
+def _row(key: str, tp: Any, f: dataclasses.Field) -> str:
+    return f"| `{key}` | {_cell(type_name(tp))} | {_cell(_fmt(_default(f)))} | {_cell(f.metadata.get('help', ''))} |"
+
+
+TABLE_HEAD = "| key | type | default | description |\n|---|---|---|---|\n"
+
+
 def table(cls: type, prefix: str, skip: tuple[str, ...] = ()) -> str:
-    head = "| key | type | default | description |\n|---|---|---|---|\n"
-    return head + "\n".join(rows(cls, prefix, skip)) + "\n"
+    return TABLE_HEAD + "\n".join(rows(cls, prefix, skip)) + "\n"
 
 
 def render_config_docs() -> str:
@@ -135,7 +140,7 @@ def render_config_docs() -> str:
         tp = field_types(RootConfig)[f.name]
         parts.append(f"## `{f.name}`\n")
         skip = ("env.train", "env.eval") if f.name == "env" else ()
-        parts.append(table(tp, f.name, skip))
+        parts.append(table(tp, f.name, skip) if dataclasses.is_dataclass(tp) else TABLE_HEAD + _row(f.name, tp, f) + "\n")
         if f.name == "actor":
             parts.extend(_model_type_tables())
     parts.append("## `env.train` / `env.eval` (one env config each)\n")

@@ -20,10 +20,11 @@ from embodied_rl.health.checks import RULES as HEALTH_RULES
 from embodied_rl.models.checks import RULES as MODEL_RULES
 from embodied_rl.runtime.checks import RULES as CHECKPOINT_RULES
 from embodied_rl.runtime.checks import check_compare
+from embodied_rl.sinks.checks import RULES as SINK_RULES
 from embodied_rl.workers.checks import RULES as WORKER_RULES
 
 #: In the order they run: the env rules first, because they normalise init_params for the rest.
-RULE_SETS = (ALGORITHM_RULES, ENV_RULES, CONFIG_RULES, CHECKPOINT_RULES, MODEL_RULES, DEMO_RULES, WORKER_RULES, HEALTH_RULES)
+RULE_SETS = (ALGORITHM_RULES, ENV_RULES, CONFIG_RULES, CHECKPOINT_RULES, MODEL_RULES, DEMO_RULES, WORKER_RULES, HEALTH_RULES, SINK_RULES)
 
 
 def load_config(name_or_path: str = DEFAULT_EXPERIMENT, overrides: Sequence[str] = (), *,

@@ -16,3 +16,7 @@ class CheckpointError(UserError):
 class RunError(Exception):
     """The run could not go on (a worker failed or died past runner.max_restarts): not the
     user's input, so the CLI prints the one-line message and exits 1."""
+
+
+class DuplicateRegistration(ValueError):
+    """A name registered twice in one registry (two plug-ins, or a plug-in and a built-in)."""

@@ -2,12 +2,18 @@
 line listing the valid names, so adding a variant is one decorated function, never an if/elif edit."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar
 
-from embodied_rl.errors import ConfigError
+from embodied_rl.errors import ConfigError, DuplicateRegistration
 
 F = TypeVar("F", bound=Callable)
+
+
+def shadows_builtin(name: str, cls: type, builtins: Mapping[str, str]) -> bool:
+    """`cls` takes the name of a built-in (name -> its module, imported on first use) from outside
+    that module: the built-in's own registration would fail later or be replaced unseen."""
+    return name in builtins and not cls.__module__.startswith(builtins[name])
 
 
 class Registry(Generic[F]):
@@ -18,7 +24,7 @@ class Registry(Generic[F]):
     def register(self, name: str) -> Callable[[F], F]:
         def wrap(fn: F) -> F:
             if name in self._items:
-                raise ValueError(f"{self.key} {name!r} registered twice")
+                raise DuplicateRegistration(f"{self.key} {name!r} registered twice")
             self._items[name] = fn
             return fn
 

@@ -133,6 +133,10 @@ def _sample(tp: Any, help_text: str) -> list[Any]:
     return _scalar_candidates(tp, _zero(tp), help_text)
 
 
+def _has_choices(tp: Any, help_text: str) -> bool:
+    return typing.get_origin(tp) is Literal or (tp is str and len(documented_choices(help_text)) > 1)
+
+
 def _zero(tp: Any) -> Any:
     return {bool: False, int: 0, float: 0.0, str: ""}.get(tp, typing.get_args(tp)[0] if typing.get_origin(tp) is Literal else None)
 
@@ -158,8 +162,9 @@ def candidates(leaf: Leaf, value: Any) -> list[Any]:
         item = typing.get_args(tp)[0]
         value = list(value)
         firsts = _scalar_candidates(item, value[0], leaf.help) if value else []
-        # Every choice of a Literal item (a list of sinks must reach each sink), two of others.
-        firsts = firsts if typing.get_origin(item) is Literal else firsts[:2]
+        # Every choice of a Literal item or of documented str items (a list of sinks must reach
+        # each sink), two of others.
+        firsts = firsts if _has_choices(item, leaf.help) else firsts[:2]
         out = [[c, *value[1:]] for c in firsts] + [value[1:], value + value[-1:], []]
     elif typing.get_origin(tp) is dict or tp is dict:
         # Mappings: every documented example value ('...' in the help) for each entry.
@@ -286,8 +291,8 @@ def cpu_slots(cfg: RootConfig) -> int:
 def is_switch(leaf: Leaf) -> bool:
     """Keys that select behaviour (flags, choices, optional features): the contexts other keys may need."""
     tp = leaf.tp
-    return (tp is bool or typing.get_origin(tp) is Literal or _optional_inner(tp) is not None
-            or (tp is str and len(documented_choices(leaf.help)) > 1))
+    return (tp is bool or _has_choices(tp, leaf.help) or _optional_inner(tp) is not None
+            or (typing.get_origin(tp) is list and _has_choices(typing.get_args(tp)[0], leaf.help)))
 
 
 def tokens(text: str) -> set[str]:

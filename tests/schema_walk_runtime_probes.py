@@ -398,6 +398,7 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "actor": ("plan", "actor", "ray"),
     "actor.model": ("model", "actor"),
     "data": ("plan",),
+    "plugins": ("plan",),
     "env.group_name": ("names",), "rollout.group_name": ("names",), "actor.group_name": ("names",),
 }
 

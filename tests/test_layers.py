@@ -13,10 +13,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "embodied_rl"
 #: Lowest first. Top-level modules are named without `.py`; `__init__` is the package root.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("_compat", "errors", "types"),
-    ("__init__", "registry", "process_env", "timing", "moments"),
+    ("__init__", "registry", "plugins", "process_env", "timing", "moments"),
     ("distributed",),
     ("config",),
-    ("algorithms", "envs", "evaluation", "health"),
+    ("algorithms", "envs", "evaluation", "health", "sinks"),
     ("models",),
     ("demos",),
     ("workers",),

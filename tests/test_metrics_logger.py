@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from embodied_rl.runtime.metrics_logger import METRICS_FILE, MetricsLogger, wandb_mode
+from embodied_rl.runtime.metrics_logger import METRICS_FILE, MetricsLogger
+from embodied_rl.sinks.wandb import wandb_mode
 from tests.wandb_support import wandb_records
 
 

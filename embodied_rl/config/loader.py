@@ -27,6 +27,7 @@ from embodied_rl.config.schema import RootConfig
 from embodied_rl.config.typecheck import MISSING, build, defaults_tree
 from embodied_rl.distributed.resources import Resources, detect_resources
 from embodied_rl.errors import ConfigError
+from embodied_rl.plugins import load_plugins
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIR = REPO_ROOT / "configs"
@@ -266,6 +267,7 @@ def validate(data: dict[str, Any], rule_sets: Sequence[RuleSet], resources: Reso
     machine run too; `plan=False` is for reading a config on another machine (e.g. export).
     `skip` names rules (a `checks.py` of a subsystem) a command does not depend on, e.g. `embodied-rl demos`
     records the very demos the `sft_data` rule looks for."""
+    load_plugins(data.get("plugins") or [])  # their names must pass the schema and the rules
     cfg = build(RootConfig, data, "")
     run_checks(rule_sets, cfg, skip)
     if plan:

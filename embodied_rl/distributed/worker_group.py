@@ -279,14 +279,16 @@ class WorkerGroup:
         env_vars: Mapping[str, str] | None = None,
         name: str | None = None,
         namespace: str | None = None,
+        plugins: Sequence[str] = (),
     ):
         """`name`: the group's name; with `namespace`, actor r is the named Ray actor
-        `<name>_<r>` there (what `ray list actors` and the dashboard show)."""
+        `<name>_<r>` there (what `ray list actors` and the dashboard show). `plugins`: modules
+        each worker process imports before its worker is built (embodied_rl/plugins.py)."""
         where = placement[component]
         self.cls = cls
         self.name = name or cls.__name__
         self.world_size = where.num_processes
-        remote_cls = ray.remote(cls)
+        remote_cls = ray.remote(_with_plugins(cls, tuple(plugins)))
         self.workers = []
         for rank, slot in enumerate(where.process_slots):
             share = 1.0 / placement.occupancy(slot)
@@ -324,6 +326,22 @@ class WorkerGroup:
         for w in self.workers:
             ray.kill(w, no_restart=True)
         self.workers = []
+
+
+def _with_plugins(cls: type, plugins: tuple[str, ...]) -> type:
+    """`cls` whose construction first imports `plugins` in the worker's process (a Ray actor is a
+    fresh interpreter: the driver's imports, and so its registrations, are not there)."""
+    if not plugins:
+        return cls
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        from embodied_rl.plugins import load_plugins
+
+        load_plugins(plugins)
+        cls.__init__(self, *args, **kwargs)
+
+    return type(cls.__name__, (cls,), {"__init__": __init__, "__qualname__": cls.__qualname__,
+                                       "__module__": cls.__module__, "__doc__": cls.__doc__})
 
 
 def _node_id(_worker: Any) -> str:

@@ -14,6 +14,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from embodied_rl.envs.reset_split import seed_split
+from embodied_rl.errors import DuplicateRegistration
+from embodied_rl.registry import shadows_builtin
 from embodied_rl.types import EnvObservation
 
 
@@ -163,14 +165,17 @@ class SimulatorBackend(ABC):
 
 
 _SIMULATORS: dict[str, type[SimulatorBackend]] = {}
+#: Built-in simulators by the package that registers them, imported on first use: a
+#: ManiSkill-only install must not need LIBERO and vice versa.
+BUILTIN_SIMULATORS = {"maniskill": "embodied_rl.envs.maniskill", "libero": "embodied_rl.envs.libero"}
 
 
 def register_simulator(name: str):
     """Class decorator: make a backend available as `env_type: <name>` in env configs."""
 
     def wrap(cls: type[SimulatorBackend]) -> type[SimulatorBackend]:
-        if name in _SIMULATORS:
-            raise ValueError(f"simulator {name!r} registered twice")
+        if name in _SIMULATORS or shadows_builtin(name, cls, BUILTIN_SIMULATORS):
+            raise DuplicateRegistration(f"simulator {name!r} registered twice")
         _SIMULATORS[name] = cls
         return cls
 
@@ -178,28 +183,25 @@ def register_simulator(name: str):
 
 
 def get_simulator(name: str) -> type[SimulatorBackend]:
+    if name not in _SIMULATORS and name in BUILTIN_SIMULATORS:
+        _import_builtin(BUILTIN_SIMULATORS[name])
     if name not in _SIMULATORS:
-        _import_builtin_backends()
-    if name not in _SIMULATORS:
-        raise KeyError(
-            f"unknown env_type {name!r}; valid: {', '.join(sorted(_SIMULATORS)) or '(none)'}"
-        )
+        raise KeyError(f"unknown env_type {name!r}; valid: {', '.join(available_simulators()) or '(none)'}")
     return _SIMULATORS[name]
 
 
-def _import_builtin_backends() -> None:
-    # Imported lazily: a ManiSkill-only install must not need LIBERO and vice versa.
+def _import_builtin(module: str) -> None:
     import importlib
 
-    for module in ("embodied_rl.envs.maniskill", "embodied_rl.envs.libero"):
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as err:
-            if not err.name or not err.name.startswith("embodied_rl"):
-                continue  # simulator package not installed; get_simulator reports the name
-            raise
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        if not err.name or not err.name.startswith("embodied_rl"):
+            return  # simulator package not installed; get_simulator reports the name
+        raise
 
 
 def available_simulators() -> list[str]:
-    _import_builtin_backends()
+    for module in BUILTIN_SIMULATORS.values():
+        _import_builtin(module)
     return sorted(_SIMULATORS)

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from embodied_rl.errors import ConfigError
+from embodied_rl.errors import ConfigError, DuplicateRegistration
+from embodied_rl.registry import shadows_builtin
 
 if TYPE_CHECKING:
     from embodied_rl.config.schema.model import ModelConfig
@@ -37,8 +38,8 @@ def with_runnable_attention(model_cfg: ModelConfig, device: torch.device) -> Mod
 
 def register_policy(name: str) -> Callable[[type[BasePolicy]], type[BasePolicy]]:
     def deco(cls: type[BasePolicy]) -> type[BasePolicy]:
-        if name in _POLICIES and _POLICIES[name] is not cls:
-            raise ValueError(f"policy {name!r} registered twice")
+        if _POLICIES.get(name, cls) is not cls or shadows_builtin(name, cls, BUILTIN_POLICIES):
+            raise DuplicateRegistration(f"policy {name!r} registered twice")
         _POLICIES[name] = cls
         return cls
     return deco

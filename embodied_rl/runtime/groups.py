@@ -107,7 +107,7 @@ def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs
         run_id = f"{run_name[:RUN_TAG_CHARS]}-{uuid.uuid4().hex[:6]}"
         wiring = _wiring(cfg, run_id=run_id)
         n_env, n_rollout = plan.env_workers, plan.rollout_workers
-        named = {"namespace": f"embodied_rl-{run_id}", "env_vars": {RUN_TAG: run_id}}
+        named = {"namespace": f"embodied_rl-{run_id}", "env_vars": {RUN_TAG: run_id}, "plugins": cfg.plugins}
         rollout_model = dataclasses.replace(cfg.actor.model, model_path=cfg.rollout.model.model_path)
         # Rollout workers register their consumer keys in __init__, before env workers send.
         rollout = WorkerGroup(

@@ -29,6 +29,7 @@ class RootConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    plugins: list[str] = field(default_factory=list, metadata={"help": "Python modules to import before the config is checked and in every worker process, whose import registers the run's own policies, simulators, advantage estimators, updates or metric sinks (embodied_rl/plugins.py); installed packages can instead declare an entry point in the group embodied_rl.plugins."})
 
 
 __all__ = [

@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from embodied_rl.errors import ConfigError
+from embodied_rl.errors import ConfigError, DuplicateRegistration
+from embodied_rl.registry import shadows_builtin
 
 VALUE_TYPES = ("chunk_level", "action_level")
 VALUE_INPUTS = ("hidden", "privileged_state")
@@ -113,8 +114,8 @@ def register_model_config(model_type: str) -> Callable[[type[ModelConfig]], type
     def wrap(cls: type[ModelConfig]) -> type[ModelConfig]:
         if not issubclass(cls, ModelConfig):
             raise TypeError(f"{cls.__name__} must subclass ModelConfig")
-        if _MODEL_CONFIGS.get(model_type, cls) is not cls:
-            raise ValueError(f"model config {model_type!r} registered twice")
+        if _MODEL_CONFIGS.get(model_type, cls) is not cls or shadows_builtin(model_type, cls, BUILTIN_MODEL_CONFIGS):
+            raise DuplicateRegistration(f"model config {model_type!r} registered twice")
         _MODEL_CONFIGS[model_type] = cls
         return cls
 

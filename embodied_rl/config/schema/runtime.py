@@ -14,7 +14,6 @@ from embodied_rl.config.schema.health import HealthConfig
 from embodied_rl.config.schema.model import ModelConfig, model_config
 
 Dtype = Literal["fp32", "bf16", "fp16"]
-LoggerBackend = Literal["console", "tensorboard", "wandb"]
 
 
 @dataclass
@@ -33,9 +32,9 @@ class LoggerConfig:
     log_path: str = field(default="${runner.output_dir}/${runner.experiment_name}", metadata={"help": "Run directory: resolved config, metrics, checkpoints and videos go here."})
     project_name: str = field(default="embodied_rl", metadata={"help": "wandb project name."})
     experiment_name: str = field(default="${runner.experiment_name}", metadata={"help": "Run name shown by wandb (TensorBoard and the console use the run directory)."})
-    logger_backends: list[LoggerBackend] = field(
+    logger_backends: list[str] = field(
         default_factory=lambda: ["console", "tensorboard"],
-        metadata={"help": "Metric sinks: console | tensorboard | wandb (wandb runs offline when no API key is configured)."},
+        metadata={"help": "Metric sinks, names of embodied_rl.sinks.METRIC_SINKS: console | tensorboard | wandb (wandb runs offline when no API key is configured), or a plug-in's; metrics.jsonl is always written."},
     )
 
 
