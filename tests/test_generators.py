@@ -21,7 +21,7 @@ CUDA_STATE = torch.arange(16, dtype=torch.uint8)  # the size of a Philox (CUDA) 
 
 def _draw(generator, logits: torch.Tensor | None = None) -> torch.Tensor:
     logits = torch.linspace(-2, 2, 2 * 3 * 256).reshape(2, 3, 256) if logits is None else logits
-    tokens, _, _ = S.sample_and_score(logits, do_sample=True, temperature=1.0, top_k=0, logprob_top_k=None, generator=generator)
+    tokens, _, _, _ = S.sample_and_score(logits, do_sample=True, temperature=1.0, top_k=0, logprob_top_k=None, generator=generator)
     return tokens
 
 

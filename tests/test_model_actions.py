@@ -1,6 +1,7 @@
 """Action tokens, un-normalisation, log-probs, greedy decoding, entropy."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -93,8 +94,16 @@ def test_a_bin_window_keeps_samples_near_the_greedy_bin_and_scores_them_within_i
     near = torch.tensor([3.0, 2.5, 2.0]).log_softmax(0)  # bins 40, 41, 39 alone
     torch.testing.assert_close(S.token_logprobs(windowed, torch.full((200, 3), 41)), torch.full((200, 3), float(near[1])))
     assert torch.equal(S.process_logits(logits, 1.0, 0, window=2).argmax(-1), logits.argmax(-1))
-    tokens, logprobs, _ = S.sample_and_score(logits, do_sample=True, temperature=1.0, top_k=0, logprob_top_k=None, window=2)
+    tokens, logprobs, _, extra = S.sample_and_score(logits, do_sample=True, temperature=1.0, top_k=0, logprob_top_k=None, window=2)
     assert ((tokens - 40).abs() <= 2).all() and torch.isfinite(logprobs).all()
+    # An update moves the most likely bin to 42: re-scored in the rollout's window (around 40),
+    # token 39 keeps a finite log-prob; a window around the new mode would give it -inf.
+    moved = logits.clone()
+    moved[..., 42] = 3.5
+    center = extra[S.WINDOW_CENTER]
+    assert (center == 40).all()
+    assert torch.isfinite(S.token_logprobs(S.process_logits(moved, 1.0, 0, 2, center), torch.full((200, 3), 39))).all()
+    assert torch.isinf(S.token_logprobs(S.process_logits(moved, 1.0, 0, 2), torch.full((200, 3), 39))).all()
 
 
 @pytest.fixture(scope="module")
@@ -172,3 +181,24 @@ def test_logprobs_over_sets_the_training_rollouts_scoring_only():
     from embodied_rl.workers.protocol import SamplingSpec
 
     assert SamplingSpec(top_k=3).scored_top_k == 3 and SamplingSpec(top_k=3, logprob_top_k=0).scored_top_k == 0
+
+
+def test_a_windowed_rollout_is_rescored_in_its_own_window_after_an_update(policy, monkeypatch):
+    """The window's centre travels with the forward inputs: the same log-probs before an update,
+    finite ones after it (the updated policy's mode may sit elsewhere)."""
+    monkeypatch.setattr(policy, "model_cfg", dataclasses.replace(policy.model_cfg, action_bin_window=1))
+    inputs = policy.prepare_inputs(_obs())
+    with torch.no_grad():
+        out = policy.predict(inputs, do_sample=True, temperature=1.0, top_k=0, generator=torch.Generator().manual_seed(1))
+    assert out.forward_inputs[S.WINDOW_CENTER].shape == out.action_tokens.shape
+    ev = policy.evaluate_actions(out.forward_inputs, out.action_tokens, temperature=1.0, top_k=0)
+    torch.testing.assert_close(ev["logprobs"], out.logprobs, atol=1e-6, rtol=1e-6)
+    state = {k: v.clone() for k, v in policy.state_dict().items()}
+    try:
+        with torch.no_grad():
+            for p in policy.parameters():
+                p.add_(torch.randn_like(p) * 0.05)
+            moved = policy.evaluate_actions(out.forward_inputs, out.action_tokens, temperature=1.0, top_k=0)["logprobs"]
+        assert torch.isfinite(moved).all() and not torch.equal(moved, out.logprobs)
+    finally:
+        policy.load_state_dict(state)

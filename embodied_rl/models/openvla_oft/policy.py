@@ -206,7 +206,7 @@ class OpenVLAOFTPolicy(BasePolicy):
                  logprob_top_k: int | None = None, compute_values: bool = True,
                  generator: GeneratorLike = None) -> PolicyOutput:
         logits, values = self._logits_and_values(inputs, compute_values)
-        tokens, logprobs, entropy = S.sample_and_score(logits, do_sample=do_sample, temperature=temperature, top_k=top_k,
+        tokens, logprobs, entropy, extra = S.sample_and_score(logits, do_sample=do_sample, temperature=temperature, top_k=top_k,
                                                        logprob_top_k=logprob_top_k, window=self.model_cfg.action_bin_window,
                                                        generator=generator)
         normed = self.action_tokenizer.decode(tokens).view(tokens.shape[0], self.model_cfg.num_action_chunks, self.model_cfg.action_dim)
@@ -216,13 +216,13 @@ class OpenVLAOFTPolicy(BasePolicy):
             logprobs=logprobs,
             entropy=entropy,
             values=values,
-            forward_inputs=dict(inputs),
+            forward_inputs={**inputs, **extra},
         )
 
     def _evaluate(self, inputs: dict[str, torch.Tensor], *, action_tokens: torch.Tensor, temperature: float, top_k: int,
                   compute_values: bool = True) -> dict[str, torch.Tensor]:
         logits, values = self._logits_and_values(inputs, compute_values)
-        processed = S.process_logits(logits, temperature, top_k, self.model_cfg.action_bin_window)
+        processed = S.process_logits(logits, temperature, top_k, self.model_cfg.action_bin_window, inputs.get(S.WINDOW_CENTER))
         tokens = action_tokens.to(processed.device).long()
         # clone(): FSDP2 warns on view outputs (an in-place op on them would skip its backward hook).
         return {"logprobs": S.token_logprobs(processed, tokens).clone(), "entropy": S.token_entropy(processed), "values": values}

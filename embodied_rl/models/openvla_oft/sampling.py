@@ -10,10 +10,17 @@ import torch
 
 from embodied_rl.models.generators import GeneratorLike, generator_for
 
+#: forward_inputs key of the bins a window is centred on: int64 [B, T], the most likely bins when
+#: the tokens were drawn. Training re-scores under the same window, not one around the most
+#: likely bins of the updated policy (which would put sampled tokens outside it: log-prob -inf).
+WINDOW_CENTER = "bin_window_center"
 
-def process_logits(logits: torch.Tensor, temperature: float, top_k: int, window: int = 0) -> torch.Tensor:
+
+def process_logits(logits: torch.Tensor, temperature: float, top_k: int, window: int = 0,
+                   center: torch.Tensor | None = None) -> torch.Tensor:
     """[B, T, K] -> float32 [B, T, K]: divide by temperature, keep the top_k largest (top_k <= 0:
-    all) and, with a window, only the bins within `window` of each token's most likely bin."""
+    all) and, with a window, only the bins within `window` of `center` int64 [B, T] (None: each
+    token's most likely bin)."""
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 (use do_sample=False for greedy), got {temperature}")
     x = logits.float() / temperature
@@ -22,7 +29,8 @@ def process_logits(logits: torch.Tensor, temperature: float, top_k: int, window:
         x = x.masked_fill(x < kth, float("-inf"))
     if window > 0:
         bins = torch.arange(x.shape[-1], device=x.device)
-        x = x.masked_fill((bins - x.argmax(dim=-1, keepdim=True)).abs() > window, float("-inf"))
+        mid = x.argmax(dim=-1, keepdim=True) if center is None else center.to(x.device).long().unsqueeze(-1)
+        x = x.masked_fill((bins - mid).abs() > window, float("-inf"))
     return x
 
 
@@ -42,15 +50,18 @@ def token_logprobs(processed: torch.Tensor, tokens: torch.Tensor) -> torch.Tenso
 
 
 def sample_and_score(logits: torch.Tensor, *, do_sample: bool, temperature: float, top_k: int, logprob_top_k: int | None,
-                     window: int = 0, generator: GeneratorLike = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """[B, T, K] logits -> (tokens int64 [B, T], logprobs [B, T], entropy [B, T]): tokens drawn
-    with `top_k` and `window`, scored under `logprob_top_k` (None: the same policy they were drawn
-    from) and the same window."""
-    processed = process_logits(logits, temperature, top_k, window)
+                     window: int = 0, generator: GeneratorLike = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """[B, T, K] logits -> (tokens int64 [B, T], logprobs [B, T], entropy [B, T], extra inputs):
+    tokens drawn with `top_k` and `window`, scored under `logprob_top_k` (None: the same policy
+    they were drawn from) and the same window; the extra inputs ({WINDOW_CENTER: bins} with a
+    window, else empty) join the forward inputs that re-score the tokens."""
+    center = logits.argmax(dim=-1) if window > 0 else None
+    processed = process_logits(logits, temperature, top_k, window, center)
     tokens = sample_tokens(processed, do_sample, generator)
     if logprob_top_k is not None and logprob_top_k != top_k:
-        processed = process_logits(logits, temperature, logprob_top_k, window)
-    return tokens, token_logprobs(processed, tokens), token_entropy(processed)
+        processed = process_logits(logits, temperature, logprob_top_k, window, center)
+    extra = {WINDOW_CENTER: center} if center is not None else {}
+    return tokens, token_logprobs(processed, tokens), token_entropy(processed), extra
 
 
 def token_entropy(processed: torch.Tensor) -> torch.Tensor:

@@ -162,13 +162,13 @@ class VLLMOpenVLAOFT:
         if compute_values and self.host.value_head is not None:
             values = self.host.critic_values(hidden.to(self.dtype), inputs)
         cfg = self.model_cfg
-        tokens, logprobs, entropy = S.sample_and_score(logits, do_sample=do_sample, temperature=temperature, top_k=top_k,
+        tokens, logprobs, entropy, extra = S.sample_and_score(logits, do_sample=do_sample, temperature=temperature, top_k=top_k,
                                                        logprob_top_k=logprob_top_k, window=cfg.action_bin_window,
                                                        generator=generator)
         normed = self.host.action_tokenizer.decode(tokens).view(tokens.shape[0], cfg.num_action_chunks, cfg.action_dim)
         return PolicyOutput(actions=self.host.action_norm.unnormalize(normed), action_tokens=tokens,
                             logprobs=logprobs, entropy=entropy,
-                            values=values, forward_inputs=dict(inputs))
+                            values=values, forward_inputs={**inputs, **extra})
 
     # ---------------------------------------------------------- weight sync
     def trainable_keys(self) -> list[str]:
