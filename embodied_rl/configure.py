@@ -21,10 +21,12 @@ from embodied_rl.models.checks import RULES as MODEL_RULES
 from embodied_rl.runtime.checks import RULES as CHECKPOINT_RULES
 from embodied_rl.runtime.checks import check_compare
 from embodied_rl.sinks.checks import RULES as SINK_RULES
+from embodied_rl.workers.checks import NAME_RULES as UPDATE_NAME_RULES
 from embodied_rl.workers.checks import RULES as WORKER_RULES
 
-#: In the order they run: the env rules first, because they normalise init_params for the rest.
-RULE_SETS = (ALGORITHM_RULES, ENV_RULES, CONFIG_RULES, CHECKPOINT_RULES, MODEL_RULES, DEMO_RULES, WORKER_RULES, HEALTH_RULES, SINK_RULES)
+#: In the order they run: the update's name first (the rules read its meaning), the env rules
+#: early, because they normalise init_params for the rest.
+RULE_SETS = (UPDATE_NAME_RULES, ALGORITHM_RULES, ENV_RULES, CONFIG_RULES, CHECKPOINT_RULES, MODEL_RULES, DEMO_RULES, WORKER_RULES, HEALTH_RULES, SINK_RULES)
 
 
 def load_config(name_or_path: str = DEFAULT_EXPERIMENT, overrides: Sequence[str] = (), *,

@@ -211,7 +211,9 @@ class Smoke:
                 f"grad norm {metrics[-1]['train/actor/grad_norm']:.3f}, max weight move {moved:.2e}")
 
     def sft_step(self) -> str:
-        from embodied_rl.demos.sft_data import EpochSampler, SFTSamples
+        from embodied_rl.demos.sft_data import SFTSamples
+        from embodied_rl.workers.actor.demos import DemoFeed
+        from embodied_rl.workers.actor.updates.sft import SFTUpdate
 
         w = self.require_worker()
         n = 16
@@ -219,9 +221,10 @@ class Smoke:
         length = w.cfg.actor.model.num_action_chunks * w.cfg.actor.model.action_dim
         # One target bin per action dimension: a pattern a few steps of cloning must start to fit.
         tokens = torch.arange(length).remainder(w.cfg.actor.model.action_dim).mul(32).add(16).expand(n, length).clone()
-        w.sft_samples = SFTSamples(inputs, tokens, torch.ones(n, length, dtype=torch.bool))
-        w.sft_sampler = EpochSampler(n, torch.Generator().manual_seed(0))
-        nll = [w.sft_step()["train/sft/nll"] for _ in range(3)]
+        # The SFT update on the same engine (its optimizer and shards) as the PPO steps above.
+        sft = SFTUpdate(w.cfg, w.engine)
+        sft.demos = DemoFeed(w.engine, SFTSamples(inputs, tokens, torch.ones(n, length, dtype=torch.bool)))
+        nll = [sft.step()["train/sft/nll"] for _ in range(3)]
         if not all(math.isfinite(x) for x in nll) or not nll[-1] < nll[0]:
             raise AssertionError(f"SFT NLL did not fall: {nll}")
         return "NLL " + " -> ".join(f"{x:.4f}" for x in nll)

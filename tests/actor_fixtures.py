@@ -92,25 +92,36 @@ def fsdp_facts(w: ActorWorker) -> dict:
 def demos_from_batch(batch: dict):
     """A Host function giving a worker the batch's samples as its demos (what load_demos makes
     from recorded demos: inputs, expert tokens, mask), so the BC term trains without a simulator."""
-    from embodied_rl.demos.sft_data import EpochSampler, SFTSamples
+    from embodied_rl.demos.sft_data import SFTSamples
+    from embodied_rl.workers.actor.demos import DemoFeed
 
     def give(w: ActorWorker) -> int:
         n = batch["action_tokens"].shape[0] * batch["action_tokens"].shape[1]
         inputs = {k: v.reshape(n, *v.shape[2:]) for k, v in batch["forward_inputs"].items()}
-        w.sft_samples = SFTSamples(inputs, batch["action_tokens"].reshape(n, -1), batch["loss_mask"].reshape(n, -1))
-        w.sft_sampler = EpochSampler(n, w._shuffle)
+        samples = SFTSamples(inputs, batch["action_tokens"].reshape(n, -1), batch["loss_mask"].reshape(n, -1))
+        w.update.demos = DemoFeed(w.engine, samples)
         return n
     return give
 
 
-def counting_collectives(method: str, *args):
-    """A Host function: (result of worker.method(*args), number of reduce-scatter ops the
-    worker's process issued during it), counted with torch.profiler."""
+def sft_step(w: ActorWorker) -> dict[str, float]:
+    """One SFT step on the demos of a worker set up for RL (its BC term's), through the same engine."""
+    from embodied_rl.workers.actor.updates.sft import SFTUpdate
+
+    update = SFTUpdate(w.cfg, w.engine)
+    update.demos = w.update.demos
+    return update.step()
+
+
+def counting_collectives(method, *args):
+    """A Host function: (result of worker.method(*args), or of method(worker, *args) for a
+    function, and the number of reduce-scatter ops the worker's process issued during it),
+    counted with torch.profiler."""
     def run(w: ActorWorker):
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU]) as prof:
-            out = getattr(w, method)(*args)
+            out = method(w, *args) if callable(method) else getattr(w, method)(*args)
         return out, sum("reduce_scatter" in e.name for e in prof.events())
     return run
 
@@ -134,7 +145,7 @@ def counting_host_reads(method: str, *args):
         for name, fn in originals.items():
             setattr(torch.Tensor, name, counted(fn))
         try:
-            out = getattr(w, method)(*args)
+            out = method(w, *args) if callable(method) else getattr(w, method)(*args)
         finally:
             for name, fn in originals.items():
                 setattr(torch.Tensor, name, fn)

@@ -20,8 +20,8 @@ import pytest
 # package first: importing embodied_rl installs its import hook (embodied_rl/_compat.py), which
 # must be in place before anything imports torchvision or timm.
 import embodied_rl  # noqa: F401
+from embodied_rl.envs.fork_server import preload_in_fork_server
 from embodied_rl.envs.maniskill.sub_env import ManiSkillSubEnvFactory
-from embodied_rl.envs.subproc_pool import preload_in_fork_server
 from embodied_rl.process_env import configure_process_env
 
 pytest_plugins = ["tests.ray_fixtures"]

@@ -175,7 +175,7 @@ def probe_actor(cfg: RootConfig, path: str) -> Any:
         metrics = worker.train_step(batch)
         sd, version = worker.get_trainable_state_dict()
         # The LR the scheduler set for the next step: one step cannot show a schedule otherwise.
-        next_lrs = [g["lr"] for g in worker.optimizer.param_groups]
+        next_lrs = [g["lr"] for g in worker.engine.optimizer.param_groups]
         worker.policy.evaluate_actions({k: v[0, :2] for k, v in batch["forward_inputs"].items()},
                                        batch["action_tokens"][0, :2], compute_values=False)
         params = sorted(Counter((type(p).__name__, str(getattr(p, "placements", ""))) for p in worker.policy.parameters()).items())

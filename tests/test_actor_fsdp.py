@@ -25,6 +25,7 @@ from tests.actor_fixtures import (
     fsdp_facts,
     make_rollout_batch,
     make_tiny_model,
+    sft_step,
 )
 
 LORA = ("actor.model.is_lora=true", "actor.model.lora_rank=4")
@@ -133,7 +134,7 @@ def test_gradients_are_reduce_scattered_once_per_optimizer_step_with_the_same_up
         with ActorGroup(actor_hosts, cfg, 2) as group:
             group.run(demos_from_batch(batch))
             train = group.run(counting_collectives("train_step", batch))
-            sft = group.run(counting_collectives("sft_step"))
+            sft = group.run(counting_collectives(sft_step))
             runs[micro] = ([n for _, n in train], [n for _, n in sft], train[0][0], group.call("get_trainable_state_dict")[0][0])
     (train4, sft4, metrics4, after4), (train2, sft2, metrics2, after2) = runs[4], runs[2]
     assert metrics4["train/actor/optimizer_steps"] == metrics2["train/actor/optimizer_steps"] == 2
@@ -272,7 +273,7 @@ def test_critic_replay_fits_the_value_head_to_the_last_steps_and_travels_in_chec
     with ActorGroup(actor_hosts, cfg, 2) as group:
         metrics = [group.call("train_step", b)[0] for b in batches[:3]]
         group.call("save_checkpoint", str(tmp_path / "actor"))
-        kept = group.run(lambda w: w.value_replay.state_dict())
+        kept = group.run(lambda w: w.update.value_replay.state_dict())
         last = group.call("train_step", batches[3])[0]
         after = group.call("get_trainable_state_dict")[0][0]
     # this step's batch and at most the 2 before it, 16 samples each
@@ -282,7 +283,7 @@ def test_critic_replay_fits_the_value_head_to_the_last_steps_and_travels_in_chec
     # Resumed on one rank, the kept samples come back and the next step repeats the two-rank one.
     with ActorGroup(actor_hosts, cfg, 1) as group:
         group.call("load_checkpoint", str(tmp_path / "actor"))
-        restored = group.run(lambda w: w.value_replay.state_dict())[0]
+        restored = group.run(lambda w: w.update.value_replay.state_dict())[0]
         resumed = group.call("train_step", batches[3])[0]
         after_resumed = group.call("get_trainable_state_dict")[0][0]
     assert all(torch.equal(a[k], b[k]) for a, b in zip(kept[0], restored) for k in a)

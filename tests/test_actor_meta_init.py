@@ -21,8 +21,8 @@ def _compare_with_eager(w) -> dict:
     """On each rank: the worker's (meta-built) policy against the eager build of the same config."""
     a = w.cfg.actor
     torch.manual_seed(a.seed)  # as the worker's set-up did before the eager build
-    eager = build_policy(a.model, device=w.device, dtype=torch.float32, init_seed=a.seed, warn_untrained_value_head=False)
-    eager = fsdp.apply_fsdp2(eager, a.fsdp_config, w.world_size, w.device)
+    eager = build_policy(a.model, device=w.engine.device, dtype=torch.float32, init_seed=a.seed, warn_untrained_value_head=False)
+    eager = fsdp.apply_fsdp2(eager, a.fsdp_config, w.world_size, w.engine.device)
     meta_params, eager_params = dict(w.policy.named_parameters()), dict(eager.named_parameters())
     shards_differ = [n for n, p in meta_params.items() if not torch.equal(p.to_local(), eager_params[n].to_local())]
     meta_buffers, eager_buffers = dict(w.policy.named_buffers()), dict(eager.named_buffers())

@@ -20,9 +20,9 @@ def _two_steps(cfg, batch: dict, offload: bool) -> tuple[list[dict], torch.Tenso
         for _ in range(2):
             if offload:
                 worker.offload()
-                flags.append(worker._offloaded)
+                flags.append(worker.engine.offloaded)
             metrics.append(worker.train_step(batch))
-            flags.append(worker._offloaded)
+            flags.append(worker.engine.offloaded)
         weights = torch.cat([p.detach().full_tensor().flatten() for p in worker.policy.parameters()])
     finally:
         worker.shutdown()

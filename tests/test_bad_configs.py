@@ -144,7 +144,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("train", ["algorithm.bc_coef=0.1"], "algorithm.bc_coef=0.1 clones demonstrations, but data.train_data_paths is empty"),
     ("train", ["algorithm.bc_coef=-1"], "algorithm.bc_coef=-1.0 must be >= 0"),
     ("sft", ["algorithm.bc_coef=0.5"], "algorithm.bc_coef=0.5 adds behaviour cloning to RL, but runner.paradigm=sft"),
-    ("train", ["runner.paradigm=dagger"], "runner.paradigm: expected one of"),
+    ("train", ["runner.paradigm=dagger"], "runner.paradigm='dagger' is not valid; choose one of: rl, sft"),
     # runner, logger, typos
     ("train", ["runner.max_steps=0"], "runner.max_steps: must be >= 1"),
     ("train", ["runner.save_interval=0"], "runner.save_interval: must be >= 1, or -1"),

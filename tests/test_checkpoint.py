@@ -59,8 +59,8 @@ def setup(tmp_path_factory):
 def _local_optimizer_state(w) -> list[dict[str, torch.Tensor]]:
     """This rank's AdamW state (its shards), in parameter order."""
     local = lambda v: (v.to_local() if hasattr(v, "to_local") else v).clone()
-    return [{k: local(v) for k, v in w.optimizer.state[p].items()} for g in w.optimizer.param_groups for p in g["params"]
-            if p in w.optimizer.state]
+    return [{k: local(v) for k, v in w.engine.optimizer.state[p].items()} for g in w.engine.optimizer.param_groups for p in g["params"]
+            if p in w.engine.optimizer.state]
 
 
 def test_resume_is_bit_exact(actor_hosts, setup, tmp_path):

@@ -130,3 +130,12 @@ def test_every_path_the_architecture_doc_names_exists():
     missing = [p for p in sorted(named) if "/" in p or p.endswith(".py")
                if not ((PACKAGE / p).exists() or (repo / p).exists() or p == "checks.py")]
     assert not missing, f"docs/ARCHITECTURE.md names paths that do not exist: {missing}"
+
+
+MAX_MODULE_LINES = 350
+
+
+def test_no_module_is_longer_than_a_few_pages() -> None:
+    """One concern per module: a file past MAX_MODULE_LINES holds more than one; split it."""
+    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"

@@ -81,7 +81,8 @@ def test_fork_server_children_start_with_the_factory_preload(start_method: str, 
 _SCRIPT = """
 import json
 from embodied_rl.config.schema.env import SubprocConfig
-from embodied_rl.envs.subproc_pool import SubprocEnvPool, main_script_module
+from embodied_rl.envs.fork_server import main_script_module
+from embodied_rl.envs.subproc_pool import SubprocEnvPool
 from tests.test_subproc_preload import ReportingFactory
 
 if __name__ == "__main__":

@@ -14,8 +14,8 @@ from typing import Protocol
 
 from embodied_rl.demos.recorder import DemoRecorder, EpisodeRecord, RecorderInfo
 from embodied_rl.demos.spec import DemoSpec
+from embodied_rl.envs.fork_server import preload_in_fork_server
 from embodied_rl.envs.maniskill.sub_env import ManiSkillSubEnvFactory
-from embodied_rl.envs.subproc_pool import preload_in_fork_server
 from embodied_rl.errors import UserError
 
 _POLL_S = 2.0

@@ -8,23 +8,17 @@ Every rollout epoch starts fresh episodes from seeded reset ids, so a checkpoint
 steps holds everything a resumed run needs (weights, optimizer, scheduler, RNG streams, reward
 statistics): the continued run matches an uninterrupted one.
 
-SFT (runner.paradigm=sft) runs the same loop with one step = one optimizer step of the actor
-on demonstration samples it holds itself; weights reach the rollout workers before each
-evaluation. Checkpoints, resume, evaluation and logging are shared.
-
-An evaluation scores the policy once per `algorithm.sampling_params.eval_scoring` (greedy,
-sampled), each on the same initial states: per eval epoch the scorings run back to back, the
-later ones replaying the first's reset ids. Metrics: eval/<scoring>/... for each, and the first
-scoring's again as eval/... . `compare` evaluates two policies with the same workers and pairs
-their episodes (evaluation/compare.py); a training run pairs its first and last evaluation's
-the same way when they start from the same states, for the result it prints at the end.
+What a step trains is the actor's update, chosen by runner.paradigm (workers/actor/updates/):
+one that uses rollouts (rl: PPO/GRPO) gets the step above; one that holds its own data (sft:
+one optimizer step on demonstration samples) trains alone, and its weights reach the rollout
+workers before each evaluation. Checkpoints, resume, evaluation and logging are shared;
+evaluations (during training, eval-only runs, comparisons) are in runtime/evaluations.py.
 """
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from embodied_rl.config.loader import to_dict, to_yaml
 from embodied_rl.config.plan import (
@@ -39,17 +33,10 @@ from embodied_rl.config.schema import RootConfig
 from embodied_rl.distributed.rng import seed_everything
 from embodied_rl.distributed.traffic import TRAFFIC
 from embodied_rl.distributed.worker_group import WorkerError, wait_together
-from embodied_rl.envs.reset_split import spread_reset_ids
-from embodied_rl.evaluation.compare import EvalEpisodes, paired_results
-from embodied_rl.evaluation.intervals import add_success_intervals
 from embodied_rl.evaluation.provenance import write_environment
-from embodied_rl.evaluation.summary import (
-    EVAL_CHANGE_FILE,
-    change_record,
-    eval_change,
-    eval_summary,
-)
+from embodied_rl.evaluation.summary import eval_summary
 from embodied_rl.runtime import checkpoint as ckpt
+from embodied_rl.runtime.evaluations import Evaluation, Evaluations
 from embodied_rl.runtime.graceful_stop import GracefulStop
 from embodied_rl.runtime.groups import Groups, build_groups
 from embodied_rl.runtime.health_keeper import (
@@ -59,35 +46,28 @@ from embodied_rl.runtime.health_keeper import (
     set_aside_after,
 )
 from embodied_rl.runtime.metrics_logger import MetricsLogger
-from embodied_rl.runtime.reset_ids_record import record_reset_ids
 from embodied_rl.runtime.worker_metrics import (
     combine_epoch_metrics,
     combine_worker_metrics,
     merge_env_metrics,
 )
 from embodied_rl.timing import Timer
-from embodied_rl.types import EpisodeOutcome
+from embodied_rl.workers.actor.updates import UPDATES, Update
 from embodied_rl.workers.protocol import Trajectory
-
-if TYPE_CHECKING:
-    from embodied_rl.evaluation.compare import PolicySource
-
-#: (global step, eval metrics, per scoring its episodes when they pair across evaluations)
-Evaluation = tuple[int, dict[str, float], dict[str, EvalEpisodes]]
 
 log = logging.getLogger(__name__)
 
 
-class EmbodiedRunner:
+class EmbodiedRunner(Evaluations):
     def __init__(self, cfg: RootConfig) -> None:
         self.cfg = cfg
         self.run_dir = Path(cfg.runner.logger.log_path)
         self.run_name = cfg.runner.experiment_name
         self.global_step = 0
         self.version = 0
-        self.sft = cfg.runner.paradigm == "sft" and not cfg.runner.only_eval
-        # Normalisation statistics that replace the model's: SFT's (from its demos), or those
-        # of the SFT checkpoint an eval loads. None: the model's own.
+        # What a training step trains (None: an evaluation, no actor).
+        self.update: type[Update] | None = None if cfg.runner.only_eval else UPDATES.get(cfg.runner.paradigm)
+        # Normalisation statistics replacing the model's: SFT's, or an eval's SFT checkpoint's.
         self.dataset_statistics: dict | None = None
         self._rollout_stale = False
         self.groups: Groups | None = None
@@ -109,13 +89,14 @@ class EmbodiedRunner:
         write_environment(self.run_dir, self.groups.env.simulator_facts().wait())
         self.groups.record_placement(self.run_dir)
         if cfg.data.train_data_paths and not cfg.runner.only_eval:  # SFT, or RL's BC term (demos/checks.py)
-            if self.sft:  # the policy adopts the demos' statistics; RL's BC term bins with the policy's own
+            adopt = self.update.adopts_demo_statistics  # SFT's; RL's BC term bins with the policy's own
+            if adopt:
                 from embodied_rl.demos.sft_data import sft_statistics
 
                 self._use_statistics(sft_statistics(cfg))
-            n = self.groups.actor.load_demos(self.dataset_statistics if self.sft else None).wait()[0]
-            log.info("%s on %d demo samples from %s", "SFT" if self.sft else f"behaviour-cloning term (algorithm.bc_coef={cfg.algorithm.bc_coef:g})",
-                     n, ", ".join(cfg.data.train_data_paths))
+            n = self.groups.actor.load_demos(self.dataset_statistics if adopt else None).wait()[0]
+            what = f"behaviour-cloning term (algorithm.bc_coef={cfg.algorithm.bc_coef:g})" if self.update.uses_rollouts else cfg.runner.paradigm.upper()
+            log.info("%s on %d demo samples from %s", what, n, ", ".join(cfg.data.train_data_paths))
         if resume_dir:
             self._resume(resume_dir, rollback=rollback)
         elif cfg.runner.ckpt_path:
@@ -200,10 +181,11 @@ class EmbodiedRunner:
             times["time/rollout_utilisation"] = infer / times["time/rollout_s"]
         return {**metrics, **train_metrics, **times, **TRAFFIC.metrics()}
 
-    def sft_step(self) -> dict[str, float]:
+    def own_data_step(self) -> dict[str, float]:
+        """A step of an update that holds its own data (SFT): no rollout, no weight sync."""
         timer = Timer()
         with timer("train"):
-            metrics = self.groups.actor.sft_step().wait()[0]
+            metrics = self.groups.actor.step().wait()[0]
         self._rollout_stale = True
         metrics["time/train_s"] = metrics["time/step_s"] = timer.seconds["train"]
         return metrics
@@ -218,69 +200,6 @@ class EmbodiedRunner:
         self.version = version
         if self.cfg.actor.enable_offload:  # every sync precedes rollouts: they get the GPU memory back
             self.groups.actor.offload().wait()  # the next training call moves the state back first
-
-    @property
-    def scorings(self) -> list[str]:
-        """algorithm.sampling_params.eval_scoring: the primary (logged as eval/...) first."""
-        return list(self.cfg.algorithm.sampling_params.eval_scoring)
-
-    def evaluate(self) -> dict[str, float]:
-        return self._evaluate()[0]
-
-    def _evaluate(self, episodes: bool = False) -> tuple[dict[str, float], dict[str, list[tuple[int, EpisodeOutcome]]]]:
-        """Every scoring on the same initial states: (metrics, per scoring its (eval epoch, episode)
-        list when `episodes`, else empty lists). Videos record the primary scoring's first epoch."""
-        if self._rollout_stale:  # SFT steps do not sync: the rollout workers get the weights when they act
-            self._sync_weights()
-            self._rollout_stale = False
-        timer = Timer()
-        with timer("eval"):
-            metrics, outcomes = self._evaluate_scorings(episodes)
-        metrics.update(timer.metrics("time/"))
-        self._record_reset_ids()
-        return metrics, outcomes
-
-    def _evaluate_scorings(self, episodes: bool) -> tuple[dict[str, float], dict[str, list[tuple[int, EpisodeOutcome]]]]:
-        epochs, scorings = self.cfg.algorithm.eval_rollout_epoch, self.scorings
-        ids = self._eval_reset_ids(epochs)
-        parts: dict[str, list[dict[str, float]]] = {s: [] for s in scorings}
-        outcomes: dict[str, list[tuple[int, EpisodeOutcome]]] = {s: [] for s in scorings}
-        times: list[dict[str, float]] = []  # per rollout: the slowest worker's seconds
-        for k in range(epochs):
-            for j, scoring in enumerate(scorings):
-                _, env_out, roll_times = self.rollout("eval", ids[k] if ids else None, fixed_epoch=k, video=k == 0 and j == 0,
-                                                      scoring=scoring, repeat_states=j > 0)
-                parts[scoring] += env_out
-                times.append({key: v for key, v in {**combine_worker_metrics(env_out), **roll_times}.items() if key.startswith("time/")})
-                if episodes:
-                    outcomes[scoring] += [(k, o) for worker in self.groups.env.last_episodes().wait() for o in worker]
-        metrics: dict[str, float] = {}
-        for scoring in scorings:
-            named = {k: v for k, v in merge_env_metrics(parts[scoring], prefix=f"eval/{scoring}").items() if k.startswith("eval/")}
-            metrics.update(add_success_intervals(named, f"eval/{scoring}"))
-        primary = f"eval/{scorings[0]}/"
-        metrics.update({"eval/" + k.removeprefix(primary): v for k, v in list(metrics.items()) if k.startswith(primary)})
-        metrics.update(combine_epoch_metrics(times))  # the evaluation's seconds: its rollouts' added up
-        return metrics, outcomes
-
-    def _eval_reset_ids(self, epochs: int) -> list[list[int]] | None:
-        """With use_fixed_reset_state_ids, every evaluation starts from states spread evenly over
-        the eval split's initial states (LIBERO: every task), one slice per eval rollout epoch. None: the env
-        draws ids from its seeded stream, fresh ones per evaluation, or where states are unbounded
-        (seeds) the same ones (fixed)."""
-        env_cfg = self.cfg.env.eval
-        if not env_cfg.use_fixed_reset_state_ids:
-            return None
-        space = self.groups.env.reset_id_space("eval").wait()[0]
-        if space is None:
-            return None
-        n = env_cfg.total_num_envs
-        ids = [space[i] for i in spread_reset_ids(len(space), n * epochs, env_cfg.group_size)]
-        return [ids[k * n:(k + 1) * n] for k in range(epochs)]
-
-    def _record_reset_ids(self) -> None:
-        record_reset_ids(self.run_dir, self.groups.env.used_reset_ids().wait(),
-                         {mode: getattr(self.cfg.env, mode).reset_id_split for mode in ("train", "eval")})
 
     # ------------------------------------------------------------------ loops
     def train(self) -> int:
@@ -318,9 +237,8 @@ class EmbodiedRunner:
                 logger.note(eval_summary(evaluations[0][1], self.scorings))
             if self.global_step > 0 and not (self.saved and self.saved[0] == self.global_step):
                 self.save()  # stopped between checkpoints
-            if self.sft and self.saved:
-                log.info("SFT done; start RL from it with `embodied-rl export %s DIR` and actor.model.model_path=DIR",
-                         self.saved[1])
+            if self.update is not None and self.update.done_note and self.saved:
+                log.info(self.update.done_note.format(checkpoint=self.saved[1]))
             if stop.requested:
                 log.warning("stopped by Ctrl-C after global step %d; resume with runner.resume_dir=latest", self.global_step)
                 return 130
@@ -333,7 +251,7 @@ class EmbodiedRunner:
     def _advance(self, logger: MetricsLogger, evaluations: list[Evaluation]) -> None:
         """One global step: train, then evaluate and checkpoint when due (the last step always
         checkpoints), then act on the step's health alarms."""
-        metrics = self.sft_step() if self.sft else self.train_step()
+        metrics = self.train_step() if self.update.uses_rollouts else self.own_data_step()
         metrics["recovery/restarts"] = float(self.restarts)
         self.global_step += 1
         alarms = self.health.check(self.global_step, metrics)
@@ -377,27 +295,6 @@ class EmbodiedRunner:
         logger.note(f"health: rolled back from step {reached} to step {self.global_step} (rollback {self.health.rollbacks} of "
                     f"{self.cfg.runner.health.max_rollbacks}); learning rates x{self.health.lr_scale:g} from here")
 
-    @property
-    def _pairs_evaluations(self) -> bool:
-        """Whether every evaluation starts from the same initial states, one episode per sub-env
-        (fixed reset ids, no auto_reset): two evaluations' episodes then pair one to one."""
-        env = self.cfg.env.eval
-        return env.use_fixed_reset_state_ids and not env.auto_reset
-
-    def _report_change(self, logger: MetricsLogger, first: Evaluation, last: Evaluation) -> None:
-        """The run's result: the first and last evaluation's success per scoring, with their episodes
-        paired by initial state where they pair, on the console and in eval_change.json."""
-        paired = None
-        if self._pairs_evaluations:
-            try:
-                paired = paired_results(first[2], last[2], self.scorings)
-            except ValueError as err:  # e.g. a reset-id space that changed: report the rates alone
-                log.warning("the evaluations at steps %d and %d do not pair: %s", first[0], last[0], err)
-        ends = (first[0], first[1]), (last[0], last[1])
-        logger.note(eval_change(*ends, self.scorings, paired))
-        record = change_record(*ends, self.scorings, paired)
-        (self.run_dir / EVAL_CHANGE_FILE).write_text(json.dumps(record, indent=1) + "\n")
-
     def _restart(self, err: WorkerError) -> None:
         """A worker died: stop every group, start them again and resume from the last checkpoint
         (or from the start); what the lost steps did is recomputed."""
@@ -416,50 +313,6 @@ class EmbodiedRunner:
         self.groups.shutdown(keep_session=keep)
         self.groups, self.global_step, self.version, self._rollout_stale = None, 0, 0, False
         self.setup(resume_dir=resume_dir, adopt_session=keep, rollback=rollback)
-
-    def eval_only(self) -> int:
-        with MetricsLogger(self.cfg.runner.logger, self.run_dir, total_steps=1, config=to_dict(self.cfg)) as logger:
-            metrics = self.evaluate()
-            logger.log(self.global_step, metrics)
-            logger.note(eval_summary(metrics, self.scorings))
-        return 0
-
-    def compare(self, sources: list[PolicySource]) -> int:
-        """`embodied-rl eval --compare A B`: evaluate each PolicySource (evaluation/compare.py) with
-        the same workers, on the same initial states, and write the paired comparison to
-        comparison.json (and the console). The i-th policy's evaluation is filed as step i (its
-        videos under <env.eval.video_cfg.video_base_dir>/step_00000i: the review page shows A at
-        step 0, B at step 1)."""
-        from embodied_rl.evaluation.compare import (
-            COMPARISON_FILE,
-            comparison_report,
-            format_report,
-        )
-
-        episodes, metrics, videos = {}, {}, {}
-        for i, src in enumerate(sources):
-            self._use_policy(src)
-            self.global_step = i
-            log.info("evaluating %s: %s (%s)", src.label, src.path, src.kind)
-            metrics[src.label], episodes[src.label] = self._evaluate(episodes=True)
-            log.info("%s: %s", src.label, eval_summary(metrics[src.label], self.scorings))
-            videos[src.label] = str(Path(self.cfg.env.eval.video_cfg.video_base_dir) / f"step_{i:06d}")
-        report = comparison_report(sources, self.scorings, episodes, metrics)
-        if self.cfg.env.eval.video_cfg.save_video:
-            report["videos"] = videos  # each policy's primary scoring, first eval epoch
-        path = self.run_dir / COMPARISON_FILE
-        path.write_text(json.dumps(report, indent=1) + "\n")
-        print("\n".join([*format_report(report), f"written to {path}"]), flush=True)
-        return 0
-
-    def _use_policy(self, src: PolicySource) -> None:
-        """Rollout workers act with a PolicySource from now on: a model directory as it is, or a
-        training checkpoint's trainable weights on the config's model (as runner.ckpt_path)."""
-        base = src.resolved if src.kind == "model" else self.cfg.rollout.model.model_path
-        self.groups.rollout.load_policy(base).wait()
-        self.version, self.dataset_statistics = 0, None
-        if src.kind == "checkpoint":
-            self._load_weights(src.resolved)
 
     def save(self) -> Path:
         extra: dict[str, Any] = {"rollout_rng": self.groups.rollout.get_rng_state().wait(),

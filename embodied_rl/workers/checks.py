@@ -12,6 +12,15 @@ if TYPE_CHECKING:
     from embodied_rl.config.schema import RootConfig
 
 RULES = RuleSet()
+#: Run before every other rule set: the other rules read runner.paradigm's meaning.
+NAME_RULES = RuleSet()
+
+
+@NAME_RULES.config_check
+def _update_name(cfg: RootConfig) -> None:
+    from embodied_rl.workers.actor.updates import UPDATES
+
+    UPDATES.get(cfg.runner.paradigm)
 
 
 @RULES.plan_check

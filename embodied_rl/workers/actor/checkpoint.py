@@ -6,7 +6,8 @@ Layout of `actor/` (inside checkpoints/global_step_N/, runtime/checkpoint.py):
                       "optim": AdamW state keyed by parameter name}. Every rank writes its own
                       shards (`__<rank>_0.distcp`); rank 0 also writes `.metadata`.
     actor_state.pt    rank 0: weight version, world size, LR scheduler, minibatch shuffle,
-                      per-rank RNG states, SFT sampler, critic replay (all small)
+                      per-rank RNG states, and the update's own state (its demo sampler,
+                      critic replay; all small)
 
 No rank gathers the model or the optimizer: each writes its slices at once, so a save takes
 about what the slowest rank's share takes. DCP's own collectives (plans, write results) and
@@ -27,7 +28,7 @@ import logging
 import warnings
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -44,7 +45,7 @@ from embodied_rl.errors import CheckpointError
 from embodied_rl.workers.actor import STATE_FILE, WEIGHTS_FILE
 
 if TYPE_CHECKING:
-    from embodied_rl.workers.actor.worker import ActorWorker
+    from embodied_rl.workers.actor.engine import TrainEngine
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +60,10 @@ def io_group() -> dist.ProcessGroup:
     return dist.new_group(backend="gloo", timeout=timedelta(seconds=IO_TIMEOUT_S))
 
 
-def save(w: ActorWorker, actor_dir: str | Path, group: dist.ProcessGroup) -> None:
+def save(w: TrainEngine, actor_dir: str | Path, group: dist.ProcessGroup, extra: dict[str, Any]) -> None:
     """Every rank writes its shards of the trainable weights and the optimizer state; rank 0
-    writes the small state file. Collective."""
+    writes the small state file, with the update's own state `extra` (picklable with
+    weights_only: tensors, numbers, lists, dicts). Collective."""
     out = Path(actor_dir)
     (out / DCP_DIR).mkdir(parents=True, exist_ok=True)  # one shared directory (checked at start on clusters)
     state = {"model": w.policy.trainable_state_dict(), "optim": get_optimizer_state_dict(w.policy, w.optimizer)}
@@ -73,15 +75,13 @@ def save(w: ActorWorker, actor_dir: str | Path, group: dist.ProcessGroup) -> Non
         # The schedule's shape comes from the config on resume (e.g. a longer max_steps), not the file.
         sched["lr_lambdas"] = [None] * len(sched["lr_lambdas"])
         torch.save({"version": w.version, "world_size": w.world_size, "scheduler": sched,
-                    "shuffle": w._shuffle.get_state(), "rng": rngs,
-                    "sft_sampler": w.sft_sampler.state_dict() if w.sft_sampler else None,
-                    "value_replay": w.value_replay.state_dict() if w.value_replay else None}, out / STATE_FILE)
+                    "shuffle": w.shuffle.get_state(), "rng": rngs, **extra}, out / STATE_FILE)
     dist.barrier(group=group)
 
 
-def load(w: ActorWorker, actor_dir: str | Path, group: dist.ProcessGroup) -> int:
-    """Restore what `save` wrote (resharded to this world size); returns the weight version.
-    Collective."""
+def load(w: TrainEngine, actor_dir: str | Path, group: dist.ProcessGroup) -> dict[str, Any]:
+    """Restore what `save` wrote (resharded to this world size); returns the state file's
+    contents (the update's state among them). Collective."""
     path = Path(actor_dir)
     if not (path / STATE_FILE).is_file():
         raise CheckpointError(f"{path}: not an actor checkpoint (no {STATE_FILE}); pass a checkpoint directory written by embodied-rl train")
@@ -99,17 +99,13 @@ def load(w: ActorWorker, actor_dir: str | Path, group: dist.ProcessGroup) -> int
     set_optimizer_state_dict(w.policy, w.optimizer, state["optim"], options=StateDictOptions(strict=False))
     meta = torch.load(path / STATE_FILE, weights_only=True)
     w.scheduler.load_state_dict(meta["scheduler"])
-    w._shuffle.set_state(meta["shuffle"])
-    if w.sft_sampler is not None and meta.get("sft_sampler") is not None:
-        w.sft_sampler.load_state_dict(meta["sft_sampler"])
-    if w.value_replay is not None:
-        w.value_replay.load_state_dict(meta.get("value_replay") or [])
+    w.shuffle.set_state(meta["shuffle"])
     w.version = int(meta["version"])
     if meta["world_size"] != w.world_size:
         log.warning("actor checkpoint was written by %d ranks, resuming on %d: per-rank RNG streams are reassigned",
                     meta["world_size"], w.world_size)
     restore_rng_state(meta["rng"][w.rank % meta["world_size"]])
-    return w.version
+    return meta
 
 
 def has_trainable_weights(actor_dir: str | Path) -> bool:

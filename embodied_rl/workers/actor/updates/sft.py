@@ -1,0 +1,31 @@
+"""`runner.paradigm: sft`: one optimizer step of behaviour cloning on the demos per training step."""
+from __future__ import annotations
+
+import math
+
+from embodied_rl.workers.actor.engine import CRITIC_GROUP
+from embodied_rl.workers.actor.updates import UPDATES, Update
+
+
+@UPDATES.register("sft")
+class SFTUpdate(Update):
+    uses_rollouts = False
+    adopts_demo_statistics = True
+    done_note = "SFT done; start RL from it with `embodied-rl export {checkpoint} DIR` and actor.model.model_path=DIR"
+
+    def step(self, batch: dict | None = None) -> dict[str, float]:
+        """One optimizer step on `actor.global_batch_size` demo samples (this rank: its slice),
+        then one LR-scheduler step."""
+        if self.demos is None:
+            raise RuntimeError("ActorWorker.load_demos(stats) must run before an SFT step")
+        e = self.engine
+        e.onload()
+        lr = next(v for k, v in e.lrs().items() if k != CRITIC_GROUP)
+        sums = self.demos.backward(coef=1.0)
+        norm = e.clip_and_step()
+        e.finish_step()
+        out = e.reduce_over_ranks({f"train/{k}": v for k, v in sums.items()})
+        out["train/actor/grad_norm"] = norm if math.isfinite(norm) else float("nan")
+        out["train/actor/lr"] = lr
+        out["train/sft/epoch"] = float(self.demos.sampler.epoch)
+        return out
