@@ -202,3 +202,16 @@ def test_a_windowed_rollout_is_rescored_in_its_own_window_after_an_update(policy
         assert torch.isfinite(moved).all() and not torch.equal(moved, out.logprobs)
     finally:
         policy.load_state_dict(state)
+
+
+def test_a_window_keeps_bins_when_the_updated_top_k_left_it():
+    """Top-k within the rollout's window: the updated policy's top 3 all lie far from the window's
+    centre, yet the bins inside the window keep finite log-probs and the entropy stays finite."""
+    logits = torch.full((2, 4, 256), -10.0)
+    logits[..., 40], logits[..., 41] = 1.0, 0.5  # the rollout's mode
+    logits[..., 200:203] = 5.0  # after an update: the top 3 moved away
+    center = torch.full((2, 4), 40)
+    processed = S.process_logits(logits, 1.0, 3, window=3, center=center)
+    assert torch.isfinite(S.token_logprobs(processed, torch.full((2, 4), 41))).all()
+    assert torch.isfinite(S.token_entropy(processed)).all()
+    assert torch.isinf(processed[..., 200]).all()

@@ -18,19 +18,20 @@ WINDOW_CENTER = "bin_window_center"
 
 def process_logits(logits: torch.Tensor, temperature: float, top_k: int, window: int = 0,
                    center: torch.Tensor | None = None) -> torch.Tensor:
-    """[B, T, K] -> float32 [B, T, K]: divide by temperature, keep the top_k largest (top_k <= 0:
-    all) and, with a window, only the bins within `window` of `center` int64 [B, T] (None: each
-    token's most likely bin)."""
+    """[B, T, K] -> float32 [B, T, K]: divide by temperature; with a window, keep only the bins
+    within `window` of `center` int64 [B, T] (None: each token's most likely bin); then keep the
+    top_k largest of those (top_k <= 0: all). The window comes first, so that an updated policy
+    whose top k lie outside the rollout's window still keeps bins inside it."""
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 (use do_sample=False for greedy), got {temperature}")
     x = logits.float() / temperature
-    if 0 < top_k < x.shape[-1]:
-        kth = torch.topk(x, top_k, dim=-1).values[..., -1:]
-        x = x.masked_fill(x < kth, float("-inf"))
     if window > 0:
         bins = torch.arange(x.shape[-1], device=x.device)
         mid = x.argmax(dim=-1, keepdim=True) if center is None else center.to(x.device).long().unsqueeze(-1)
         x = x.masked_fill((bins - mid).abs() > window, float("-inf"))
+    if 0 < top_k < x.shape[-1]:
+        kth = torch.topk(x, top_k, dim=-1).values[..., -1:]
+        x = x.masked_fill(x < kth, float("-inf"))
     return x
 
 
