@@ -13,44 +13,17 @@ from typing import Any
 
 from embodied_rl.distributed.shm import SHM_DIR
 from embodied_rl.runtime.groups import RUN_TAG, RUN_TAG_CHARS
+from tests.tiny_runs import tiny_run
 
-# A 3-step PPO run on PickCube at 64 px (2 actor ranks, 2 env workers, 1 rollout worker, a
-# checkpoint every step): the run the fault and leak tests interrupt. Format with out, model
-# and max_restarts.
-SMALL_PPO = """\
-defaults:
-  - env/maniskill_pick_cube@env.train
-  - env/maniskill_pick_cube@env.eval
-cluster:
-  component_placement: {{actor: 0-1, env: 0-1, rollout: 0}}
-runner:
-  output_dir: {out}
-  max_steps: 3
-  save_interval: 1
-  max_restarts: {max_restarts}
-  seed: 5
-  logger:
-    logger_backends: [console]
-algorithm:
-  adv_type: gae
-  reward_type: chunk_level
-  reward_norm: running
-env:
-  train:
-    total_num_envs: 4
-    auto_reset: true
-    max_episode_steps: 16
-    init_params: {{camera_heights: 64, camera_widths: 64}}
-    video_cfg: {{save_video: false}}
-actor:
-  micro_batch_size: 4
-  global_batch_size: 8
-  model:
-    model_path: {model}
-    create_preset: {{name: tiny, image_size: 64}}
-    add_value_head: true
-    value_type: chunk_level
-"""
+
+def small_ppo(out: Path, model: Path, max_restarts: int) -> str:
+    """A 3-step PPO run on PickCube at 64 px (2 actor ranks, 2 env workers, 1 rollout worker, a
+    checkpoint every step): the run the fault and leak tests interrupt."""
+    return tiny_run(out, model, {
+        "cluster": {"component_placement": {"actor": "0-1", "env": "0-1", "rollout": "0"}},
+        "runner": {"max_steps": 3, "save_interval": 1, "max_restarts": max_restarts, "seed": 5},
+        "algorithm": {"reward_norm": "running"},
+    })
 
 
 def _cli(args: tuple[str, ...], cwd: Path, timeout: int) -> subprocess.CompletedProcess:

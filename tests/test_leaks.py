@@ -22,9 +22,9 @@ from embodied_rl.distributed.shm import SHM_DIR
 from embodied_rl.runtime.groups import run_worker_pids
 from tests.cli_runs import (
     SESSION,
-    SMALL_PPO,
     leftovers,
     run_processes,
+    small_ppo,
     start_cli,
     wait_for_checkpoint,
 )
@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.maniskill, pytest.mark.serial]  # se
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("leaks")
-    (root / "leak.yaml").write_text(SMALL_PPO.format(out=root / "runs", model=root / "tiny-oft", max_restarts=0))
+    (root / "leak.yaml").write_text(small_ppo(root / "runs", root / "tiny-oft", 0))
     return root
 
 

@@ -21,56 +21,23 @@ from pathlib import Path
 import pytest
 
 from tests.cli_runs import read_metrics, run_cli, run_cli_failing
+from tests.tiny_runs import EVAL_64, tiny_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.maniskill]
 
 SLOTS_PER_NODE = 2
 NODE_ENV_VARS = ("VK_ICD_FILENAMES", "MUJOCO_GL", "PYOPENGL_PLATFORM")
 
-CONFIG = """\
-defaults:
-  - env/maniskill_pick_cube@env.train
-  - env/maniskill_pick_cube@env.eval
-cluster:
-  address: {address}
-  num_nodes: 2
-  num_cpu_slots: {slots}
-runner:
-  output_dir: {out}
-  max_steps: 2
-  save_interval: 1
-  val_check_interval: 2
-  seed: 3
-  logger:
-    logger_backends: [console]
-algorithm:
-  adv_type: gae
-  reward_type: chunk_level
-  eval_rollout_epoch: 1
-  sampling_params: {{eval_scoring: [greedy]}}
-env:
-  train:
-    total_num_envs: 4
-    auto_reset: true
-    max_episode_steps: 16
-    init_params: {{camera_heights: 128, camera_widths: 128}}   # 2 envs x 48 KB per message: above the inline size
-    video_cfg: {{save_video: false}}
-  eval:
-    total_num_envs: 2
-    auto_reset: false
-    ignore_terminations: true
-    max_episode_steps: 8
-    init_params: {{camera_heights: 64, camera_widths: 64}}
-    video_cfg: {{save_video: false}}
-actor:
-  micro_batch_size: 4
-  global_batch_size: 8
-  model:
-    model_path: {model}
-    create_preset: {{name: tiny, image_size: 64}}
-    add_value_head: true
-    value_type: chunk_level
-"""
+def config(address: str, slots: int, out: Path, model: Path) -> str:
+    return tiny_run(out, model, {
+        "cluster": {"address": address, "num_nodes": 2, "num_cpu_slots": slots,
+                    "component_placement": {"actor,env,rollout": "all"}},
+        "runner": {"save_interval": 1, "val_check_interval": 2, "seed": 3},
+        "algorithm": {"eval_rollout_epoch": 1, "sampling_params": {"eval_scoring": ["greedy"]}},
+        # 2 envs x 48 KB per message: above the inline size
+        "env": {"train": {"init_params": {"camera_heights": 128, "camera_widths": 128}},
+                "eval": {**EVAL_64, "total_num_envs": 2, "auto_reset": False, "ignore_terminations": True, "max_episode_steps": 8}},
+    })
 
 # mode -> (component_placement, node index of each component's ranks, env->rollout route)
 MODES = {
@@ -99,8 +66,7 @@ def ray_nodes():
 def workdir(tmp_path_factory, ray_nodes) -> Path:
     root = tmp_path_factory.mktemp("multinode")
     (root / "configs").mkdir()
-    (root / "configs" / "mn.yaml").write_text(CONFIG.format(address=ray_nodes.address, slots=SLOTS_PER_NODE,
-                                                           out=root / "runs", model=root / "tiny-oft"))
+    (root / "configs" / "mn.yaml").write_text(config(ray_nodes.address, SLOTS_PER_NODE, root / "runs", root / "tiny-oft"))
     return root
 
 

@@ -21,10 +21,10 @@ import pytest
 from embodied_rl.distributed.shm import SHM_DIR
 from embodied_rl.runtime.groups import run_worker_pids
 from tests.cli_runs import (
-    SMALL_PPO,
     leftovers,
     read_metrics,
     run_cli,
+    small_ppo,
     start_cli,
     wait_for_checkpoint,
 )
@@ -41,7 +41,7 @@ def workdir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("recovery")
     (root / "configs").mkdir()
     (root / "configs" / "rec.yaml").write_text(
-        SMALL_PPO.format(out=root / "runs", model=root / "tiny-oft", max_restarts=len(VICTIMS)))
+        small_ppo(root / "runs", root / "tiny-oft", len(VICTIMS)))
     return root
 
 

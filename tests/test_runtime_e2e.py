@@ -29,57 +29,24 @@ from tests.cli_runs import (
     run_cli,
     run_cli_failing,
 )
+from tests.tiny_runs import EVAL_64, tiny_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.maniskill]
 
-CONFIG = """\
-defaults:
-  - env/maniskill_pick_cube@env.train
-  - env/maniskill_pick_cube@env.eval
-cluster:
-  component_placement:
-    actor: 0-1
-    env: 0-1
-    rollout: 0
-runner:
-  experiment_name: e2e
-  output_dir: {out}
-  max_steps: 2
-  save_interval: 1
-  seed: 7
-  logger:
-    logger_backends: [console, tensorboard]
-algorithm:
-  adv_type: gae
-  reward_type: chunk_level
-env:
-  train:
-    total_num_envs: 4
-    auto_reset: true
-    max_episode_steps: 16
-    init_params: {{camera_heights: 64, camera_widths: 64}}
-    video_cfg: {{save_video: true, video_base_dir: "${{runner.logger.log_path}}/video/train"}}
-  eval:
-    total_num_envs: 4
-    auto_reset: false
-    ignore_terminations: true
-    use_fixed_reset_state_ids: true
-    max_episode_steps: 16
-    init_params: {{camera_heights: 64, camera_widths: 64}}
-    video_cfg: {{save_video: true, video_base_dir: "${{runner.logger.log_path}}/video/eval"}}
-rollout:
-  pipeline_stage_num: 2
-actor:
-  micro_batch_size: 4
-  global_batch_size: 8
-  model:
-    model_path: {model}
-    create_preset: {{name: tiny, image_size: 64}}
-    add_value_head: true
-    value_type: chunk_level
-  optim:
-    lr: 1.0e-2    # large, so that two steps move the greedy actions (the eval tests compare them)
-"""
+def config(out: Path, model: Path) -> str:
+    videos = "${runner.logger.log_path}/video"
+    return tiny_run(out, model, {
+        "cluster": {"component_placement": {"actor": "0-1", "env": "0-1", "rollout": "0"}},
+        "runner": {"experiment_name": "e2e", "save_interval": 1, "seed": 7,
+                   "logger": {"logger_backends": ["console", "tensorboard"]}},
+        "env": {"train": {"video_cfg": {"save_video": True, "video_base_dir": f"{videos}/train"}},
+                "eval": {**EVAL_64, "total_num_envs": 4, "auto_reset": False, "ignore_terminations": True,
+                         "use_fixed_reset_state_ids": True,
+                         "video_cfg": {"save_video": True, "video_base_dir": f"{videos}/eval"}}},
+        "rollout": {"pipeline_stage_num": 2},
+        # A large lr, so that two steps move the greedy actions (the eval tests compare them).
+        "actor": {"optim": {"lr": 1.0e-2}},
+    })
 
 
 def learning_metrics(row: dict) -> dict:
@@ -91,7 +58,7 @@ def learning_metrics(row: dict) -> dict:
 def workdir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("e2e")
     (root / "configs").mkdir()
-    (root / "configs" / "e2e.yaml").write_text(CONFIG.format(out=root / "runs", model=root / "tiny-oft"))
+    (root / "configs" / "e2e.yaml").write_text(config(root / "runs", root / "tiny-oft"))
     return root
 
 

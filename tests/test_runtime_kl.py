@@ -8,69 +8,33 @@ switched off. Two 2-step PPO runs that differ only in algorithm.kl_beta:
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
 from tests.cli_runs import read_metrics, run_cli
+from tests.tiny_runs import EVAL_64, tiny_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.maniskill]
 
-CONFIG = """\
-defaults:
-  - env/maniskill_pick_cube@env.train
-  - env/maniskill_pick_cube@env.eval
-cluster:
-  component_placement:
-    actor: 0
-    env: 0
-    rollout: 0
-runner:
-  experiment_name: kl
-  output_dir: {out}
-  max_steps: 2
-  seed: 3
-algorithm:
-  adv_type: gae
-  reward_type: chunk_level
-  update_epoch: 1
-  use_kl_loss: true
-  kl_loss_coef: 0.1
-  kl_penalty: low_var_kl   # k3 >= 0: a moved policy gives a strictly positive KL
-env:
-  train:
-    total_num_envs: 2
-    auto_reset: true
-    max_episode_steps: 16
-    init_params: {{camera_heights: 64, camera_widths: 64}}
-    video_cfg: {{save_video: false}}
-  eval:
-    total_num_envs: 2
-    max_episode_steps: 16
-    init_params: {{camera_heights: 64, camera_widths: 64}}
-    video_cfg: {{save_video: false}}
-rollout:
-  pipeline_stage_num: 1
-actor:
-  micro_batch_size: 4
-  global_batch_size: 4
-  optim: {{lr: 1.0e-3}}
-  model:
-    model_path: {model}
-    create_preset: {{name: tiny, image_size: 64}}
-    add_value_head: true
-    value_type: chunk_level
-    is_lora: true
-    lora_rank: 4
-"""
+def config(out: Path, model: Path) -> str:
+    return tiny_run(out, model, {
+        "runner": {"experiment_name": "kl", "seed": 3},
+        # low_var_kl (k3) >= 0: a moved policy gives a strictly positive KL
+        "algorithm": {"update_epoch": 1, "use_kl_loss": True, "kl_loss_coef": 0.1, "kl_penalty": "low_var_kl"},
+        "env": {"train": {"total_num_envs": 2}, "eval": {**EVAL_64, "total_num_envs": 2}},
+        "rollout": {"pipeline_stage_num": 1},
+        "actor": {"global_batch_size": 4, "optim": {"lr": 1.0e-3}, "model": {"is_lora": True, "lora_rank": 4}},
+    })
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, dict[int, dict]]:
     root = tmp_path_factory.mktemp("kl")
-    config = root / "kl.yaml"
-    config.write_text(CONFIG.format(out=root / "runs", model=root / "tiny-oft"))
-    run_cli("train", str(config), "runner.experiment_name=loss", cwd=root)
-    run_cli("train", str(config), "runner.experiment_name=shaped", "algorithm.kl_beta=10.0", cwd=root)
+    path = root / "kl.yaml"
+    path.write_text(config(root / "runs", root / "tiny-oft"))
+    run_cli("train", str(path), "runner.experiment_name=loss", cwd=root)
+    run_cli("train", str(path), "runner.experiment_name=shaped", "algorithm.kl_beta=10.0", cwd=root)
     return {name: read_metrics(root / "runs" / name) for name in ("loss", "shaped")}
 
 
