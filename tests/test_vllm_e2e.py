@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from tests.cli_runs import read_metrics, run_cli
-from tests.test_runtime_e2e import CONFIG as E2E_CONFIG
+from tests.test_runtime_e2e import config as e2e_config
 
 pytest.importorskip("vllm")
 pytestmark = [pytest.mark.slow, pytest.mark.maniskill, pytest.mark.vllm]
@@ -35,7 +35,7 @@ def vllm_run(tmp_path_factory) -> Path:
     """The HF end-to-end test's config (its one optimizer step per training step included) with the vLLM backend."""
     root = tmp_path_factory.mktemp("vllm_e2e")
     config = root / "e2e.yaml"
-    config.write_text(E2E_CONFIG.format(out=root / "runs", model=root / "tiny-oft"))
+    config.write_text(e2e_config(root / "runs", root / "tiny-oft"))
     before = _engine_dirs()
     run_cli("train", str(config), "runner.experiment_name=vllm", "rollout.backend=vllm", "algorithm.update_epoch=1",
             "env.train.video_cfg.save_video=false", "env.eval.video_cfg.save_video=false", cwd=root)
