@@ -25,11 +25,21 @@ from embodied_rl.workers.actor import fsdp
 from embodied_rl.workers.actor.worker import ActorWorker
 from tests.rollout_batch import make_rollout_batch  # noqa: F401  (the actor tests import it from here)
 
+_made: list[tuple[Path, torch.Tensor]] = []  # the checkpoint this process made, and torch's RNG after making it
+
 
 def make_tiny_model(dirpath: Path) -> Path:
+    """The tiny OFT checkpoint at 56 px, made once per test process, under the first caller's
+    `dirpath` (the actor tests only read it); later callers get that one while it is there, with
+    torch's global RNG put back where create_model left it, as `tiny_model` (tests/conftest.py) does."""
+    if _made and (_made[0][0] / "config.json").is_file():
+        out, rng_state = _made[0]
+        torch.set_rng_state(rng_state)
+        return out
     out = dirpath / "tiny-oft-56"
     if not out.exists():
         create_model("tiny", str(out), image_size=56, seed=0)
+    _made[:] = [(out, torch.get_rng_state())]
     return out
 
 

@@ -1,7 +1,8 @@
 """Shared pytest settings for the whole suite.
 
 Fixtures shared by several test modules live in the plugin modules named in `pytest_plugins`
-below, so this file stays small; tests request them by argument name and never import them.
+below, so this file stays small (it keeps `tiny_model`, the model tests' checkpoints); tests
+request them by argument name and never import them.
 Plain helpers are imported as `from tests.<module> import ...` (tests/ is a package).
 Every test process gets the same simulator environment variables as the CLI (private Vulkan
 ICD, MUJOCO_GL), set before any simulator is imported.
@@ -12,7 +13,9 @@ import contextlib
 import fcntl
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -23,6 +26,9 @@ import embodied_rl  # noqa: F401
 from embodied_rl.envs.fork_server import preload_in_fork_server
 from embodied_rl.envs.maniskill.sub_env import ManiSkillSubEnvFactory
 from embodied_rl.process_env import configure_process_env
+
+if TYPE_CHECKING:
+    import torch
 
 pytest_plugins = ["tests.ray_fixtures"]
 
@@ -41,6 +47,35 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 def repo_root() -> Path:
     """The checkout under test."""
     return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """`tiny_model(image_size=56, num_images=1, seed=0)`: the tiny OFT checkpoint of those
+    arguments, made once per test session (per worker) and shared: a test only reads it; one
+    that writes into its checkpoint directory makes its own with create_model.
+
+    create_model seeds torch's global RNG and draws the weights from it; a later call for the
+    same checkpoint puts the RNG back where that left it, so a module's tests draw the same
+    numbers whether its checkpoint was made for it or earlier in the session."""
+    made: dict[tuple[int, int, int], tuple[Path, torch.Tensor]] = {}
+
+    def get(image_size: int = 56, num_images: int = 1, seed: int = 0) -> Path:
+        import torch
+
+        key = (image_size, num_images, seed)
+        if key in made:
+            path, rng_state = made[key]
+            torch.set_rng_state(rng_state)
+            return path
+        from embodied_rl.models.create import create_model
+
+        path = create_model("tiny", tmp_path_factory.mktemp("tiny_model") / f"tiny-{image_size}px-{num_images}cam-seed{seed}",
+                            image_size=image_size, num_images=num_images, seed=seed).path
+        made[key] = path, torch.get_rng_state()
+        return path
+
+    return get
 
 
 # ------------------------------------------------------------------ parallel workers (pytest-xdist)

@@ -5,26 +5,23 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
 import pytest
 import torch
 
 from embodied_rl.models import build_policy
-from embodied_rl.models.create import create_model
 from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
 from embodied_rl.models.reference import KLReference, build_kl_reference
 from embodied_rl.types import EnvObservation
+from tests.observations import observations
 
 ATOL = 1e-5  # fp32
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
+def tiny(tiny_model, tmp_path_factory):
     """The tiny model as an SFT checkpoint: no value head, no proprio projector."""
-    made = tmp_path_factory.mktemp("tiny") / "made"
-    create_model("tiny", str(made), image_size=56)
-    out = made.parent / "sft"
-    build_policy(OpenVLAOFTConfig(model_path=str(made), add_value_head=False)).save_checkpoint(out)
+    out = tmp_path_factory.mktemp("tiny") / "sft"
+    build_policy(OpenVLAOFTConfig(model_path=str(tiny_model()), add_value_head=False)).save_checkpoint(out)
     return out
 
 
@@ -37,10 +34,7 @@ def tiny_proprio(tiny, tmp_path_factory):
 
 
 def _obs() -> EnvObservation:
-    rng = np.random.default_rng(11)
-    return EnvObservation(main_images=rng.integers(0, 256, (3, 60, 60, 3), dtype=np.uint8),
-                          states=rng.uniform(-1, 1, (3, 8)).astype(np.float32),
-                          task_descriptions=["pick up the cube", "open the drawer", "stack the blocks"])
+    return observations(3, size=60, seed=11, instructions=["pick up the cube", "open the drawer", "stack the blocks"])
 
 
 def _cfg(path, **kw) -> OpenVLAOFTConfig:

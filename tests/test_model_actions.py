@@ -11,7 +11,6 @@ import torch
 
 from embodied_rl.errors import UserError
 from embodied_rl.models import build_policy
-from embodied_rl.models.create import create_model
 from embodied_rl.models.openvla_oft import sampling as S
 from embodied_rl.models.openvla_oft.actions import (
     ActionTokenizer,
@@ -20,6 +19,7 @@ from embodied_rl.models.openvla_oft.actions import (
 )
 from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
 from embodied_rl.types import EnvObservation
+from tests.observations import observations
 
 HALF_BIN = 1.0 / 255  # bins are 2/255 wide
 
@@ -107,16 +107,12 @@ def test_a_bin_window_keeps_samples_near_the_greedy_bin_and_scores_them_within_i
 
 
 @pytest.fixture(scope="module")
-def policy(tmp_path_factory):
-    out = tmp_path_factory.mktemp("tiny") / "m"
-    create_model("tiny", str(out), image_size=56, num_images=1)
-    return build_policy(OpenVLAOFTConfig(model_path=str(out), add_value_head=True, value_type="chunk_level"))
+def policy(tiny_model):
+    return build_policy(OpenVLAOFTConfig(model_path=str(tiny_model()), add_value_head=True, value_type="chunk_level"))
 
 
-def _obs(n: int = 3) -> EnvObservation:
-    rng = np.random.default_rng(2)
-    return EnvObservation(main_images=rng.integers(0, 256, (n, 56, 56, 3), dtype=np.uint8), states=np.zeros((n, 8), np.float32),
-                          task_descriptions=["lift the peg", "stack the cube", "open the drawer"][:n])
+def _obs() -> EnvObservation:
+    return observations(3, seed=2, instructions=["lift the peg", "stack the cube", "open the drawer"])
 
 
 @pytest.mark.parametrize("temperature,top_k", [(1.0, 0), (1.6, 0), (0.6, 20)])

@@ -1,28 +1,23 @@
 """Parallel decoding attends bidirectionally and ignores left padding."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 from embodied_rl.models import build_policy
-from embodied_rl.models.create import create_model
 from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
 from embodied_rl.types import EnvObservation
+from tests.observations import observations
 
 
 @pytest.fixture(scope="module")
-def ckpt(tmp_path_factory) -> str:
-    out = tmp_path_factory.mktemp("tiny") / "m"
-    create_model("tiny", str(out), image_size=56)
-    return str(out)
+def ckpt(tiny_model) -> str:
+    return str(tiny_model())
 
 
 def obs(n: int = 2) -> EnvObservation:
-    rng = np.random.default_rng(1)
-    return EnvObservation(main_images=rng.integers(0, 256, (n, 48, 48, 3), dtype=np.uint8),
-                          states=np.zeros((n, 8), np.float32),
-                          task_descriptions=["put the bowl on the plate", "push the block to the goal"][:n])
+    """Prompts of different lengths."""
+    return observations(n, size=48, seed=1, instructions=["put the bowl on the plate", "push the block to the goal"])
 
 
 def logits_values(policy, inputs):

@@ -5,7 +5,6 @@ import json
 import logging
 from pathlib import Path
 
-import numpy as np
 import pytest
 import timm
 import torch
@@ -14,11 +13,11 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from embodied_rl.errors import CheckpointError, UserError
 from embodied_rl.models import build_policy
-from embodied_rl.models.create import create_model
 from embodied_rl.models.openvla_oft.checkpoint import read_state_dict, write_state_dict
 from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
 from embodied_rl.models.openvla_oft.tiny_tokenizer import build_tiny_tokenizer
 from embodied_rl.types import EnvObservation
+from tests.observations import observations
 
 IMG, V = 56, 512
 TOWERS = [("vit_large_patch14_reg4_dinov2.lvd142m", {"embed_dim": 32, "depth": 3, "num_heads": 2}),
@@ -28,9 +27,7 @@ TEXT = {"model_type": "llama", "vocab_size": V + 64, "hidden_size": 64, "interme
 
 
 def _obs() -> EnvObservation:
-    rng = np.random.default_rng(4)
-    return EnvObservation(main_images=rng.integers(0, 256, (2, 56, 56, 3), dtype=np.uint8), states=rng.random((2, 8), dtype=np.float32),
-                          task_descriptions=["pick up the cube", "close the microwave"])
+    return observations(2, seed=4, instructions=["pick up the cube", "close the microwave"])
 
 
 def write_official_checkpoint(d: Path) -> tuple[dict[str, torch.Tensor], list[torch.nn.Module]]:
@@ -190,10 +187,8 @@ def test_checkpoint_errors_are_one_line(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("tiny") / "m"
-    create_model("tiny", str(out), image_size=IMG)
-    return out
+def tiny(tiny_model) -> Path:
+    return tiny_model(image_size=IMG)
 
 
 def test_save_load_round_trip_is_bit_exact(tiny, tmp_path):

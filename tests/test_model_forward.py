@@ -3,30 +3,24 @@ from __future__ import annotations
 
 import socket
 
-import numpy as np
 import pytest
 import torch
 
 from embodied_rl.models import build_policy
-from embodied_rl.models.create import create_model
 from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
 from embodied_rl.types import EnvObservation
+from tests.observations import observations
 
 IMG = 56
 
 
 @pytest.fixture(scope="module")
-def ckpt(tmp_path_factory) -> str:
-    out = tmp_path_factory.mktemp("tiny") / "m"
-    create_model("tiny", str(out), image_size=IMG, num_images=2)
-    return str(out)
+def ckpt(tiny_model) -> str:
+    return str(tiny_model(image_size=IMG, num_images=2))
 
 
-def make_obs(n: int = 2, seed: int = 0) -> EnvObservation:
-    rng = np.random.default_rng(seed)
-    img = lambda: rng.integers(0, 256, (n, 64, 64, 3), dtype=np.uint8)
-    return EnvObservation(main_images=img(), wrist_images=img(), states=rng.standard_normal((n, 8)).astype(np.float32),
-                          task_descriptions=["pick up the red cube", "open the top drawer"][:n] + ["x"] * max(0, n - 2))
+def make_obs() -> EnvObservation:
+    return observations(2, size=64, wrist=True, instructions=["pick up the red cube", "open the top drawer"])
 
 
 def cfg(path: str, **kw) -> OpenVLAOFTConfig:

@@ -3,28 +3,23 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 import torch
 
 from embodied_rl.errors import UserError
 from embodied_rl.models import build_policy
-from embodied_rl.models.create import create_model
 from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
 from embodied_rl.types import EnvObservation
+from tests.observations import observations
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    out = tmp_path_factory.mktemp("tiny") / "m"
-    create_model("tiny", str(out), image_size=56)
-    return out
+def tiny(tiny_model):
+    return tiny_model()
 
 
 def _obs() -> EnvObservation:
-    rng = np.random.default_rng(5)
-    return EnvObservation(main_images=rng.integers(0, 256, (2, 60, 60, 3), dtype=np.uint8), states=np.zeros((2, 8), np.float32),
-                          task_descriptions=["insert the peg", "turn on the stove"])
+    return observations(2, size=60, seed=5, instructions=["insert the peg", "turn on the stove"])
 
 
 def _lora_cfg(path, **kw) -> OpenVLAOFTConfig:

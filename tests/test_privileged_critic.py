@@ -15,9 +15,9 @@ from embodied_rl.envs.maniskill import ManiSkillBackend, ManiSkillParams
 from embodied_rl.envs.reset_split import seed_split
 from embodied_rl.errors import ConfigError
 from embodied_rl.models import build_policy
-from embodied_rl.models.create import create_model
 from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
 from embodied_rl.types import EnvObservation
+from tests.observations import observations
 
 PUSH = ManiSkillParams(id="PushCube-v1", camera_heights=64, camera_widths=64, reward_mode="normalized_dense")
 PUSH_STATE_DIM = 35  # qpos 9 + qvel 9 + tcp_pose 7 + goal_pos 3 + obj_pose 7
@@ -63,17 +63,12 @@ def test_privileged_state_and_clock_reach_the_observation_and_the_policy_inputs_
 
 
 @pytest.fixture(scope="module")
-def ckpt(tmp_path_factory) -> str:
-    out = tmp_path_factory.mktemp("tiny") / "m"
-    create_model("tiny", str(out), image_size=56)
-    return str(out)
+def ckpt(tiny_model) -> str:
+    return str(tiny_model())
 
 
 def obs(n: int = 3, seed: int = 0, dim: int = 6) -> EnvObservation:
-    rng = np.random.default_rng(seed)
-    return EnvObservation(main_images=rng.integers(0, 256, (n, 64, 64, 3), dtype=np.uint8),
-                          states=rng.standard_normal((n, 8)).astype(np.float32), task_descriptions=["push the cube"] * n,
-                          privileged_states=rng.standard_normal((n, dim)).astype(np.float32))
+    return observations(n, size=64, seed=seed, instructions=["push the cube"], privileged_dim=dim)
 
 
 def critic_policy(ckpt: str, **kw):

@@ -4,30 +4,42 @@ from __future__ import annotations
 import numpy as np
 
 from embodied_rl.types import EnvObservation
+from tests.observations import observations
+
+TASKS = [f"t{i}" for i in range(5)]
+FIELDS = ("main_images", "states", "wrist_images")
 
 
 def _obs(n: int, start: int = 0, wrist: bool = True) -> EnvObservation:
-    ids = np.arange(start, start + n)
-    return EnvObservation(main_images=np.broadcast_to(ids[:, None, None, None], (n, 2, 2, 3)).astype(np.uint8),
-                          states=ids[:, None].astype(np.float32).repeat(4, 1), task_descriptions=[f"t{i}" for i in ids],
-                          wrist_images=(ids[:, None, None, None] * np.ones((n, 2, 2, 3))).astype(np.uint8) if wrist else None)
+    """Rows start .. start + n - 1 of five distinct ones, each with its own task t0 .. t4."""
+    return observations(n, size=2, state_dim=4, wrist=wrist, instructions=TASKS, start=start)
+
+
+def _assert_rows(obs: EnvObservation, source: EnvObservation, index: list[int]) -> None:
+    """obs holds source's rows `index`, in that order, in every field."""
+    assert obs.task_descriptions == [source.task_descriptions[i] for i in index]
+    for name in FIELDS:
+        np.testing.assert_array_equal(getattr(obs, name), getattr(source, name)[index], err_msg=name)
 
 
 def test_concat_rows_copy_and_set_rows_agree():
     a, b = _obs(2), _obs(3, start=2)
     both = EnvObservation.concat([a, b])
     assert both.num_envs == 5 and both.task_descriptions == ["t0", "t1", "t2", "t3", "t4"]
-    assert both.states[:, 0].tolist() == [0, 1, 2, 3, 4] and both.wrist_images[:, 0, 0, 0].tolist() == [0, 1, 2, 3, 4]
+    for name in FIELDS:
+        np.testing.assert_array_equal(getattr(both, name), np.concatenate([getattr(a, name), getattr(b, name)]), err_msg=name)
+        assert len({row.tobytes() for row in getattr(both, name)}) == 5, name  # rows tell apart
     picked = both.rows([4, 1])
-    assert picked.states[:, 0].tolist() == [4, 1] and picked.task_descriptions == ["t4", "t1"]
+    _assert_rows(picked, both, [4, 1])
     masked = both.rows(np.array([True, False, False, False, True]))
-    assert masked.states[:, 0].tolist() == [0, 4] and masked.main_images[:, 0, 0, 0].tolist() == [0, 4]
+    _assert_rows(masked, both, [0, 4])
     copy = both.copy()
-    copy.main_images[0] = 9
-    assert both.main_images[0, 0, 0, 0] == 0  # a copy shares no memory
+    _assert_rows(copy, both, [0, 1, 2, 3, 4])
+    copy.main_images[0] = 255 - copy.main_images[0]
+    np.testing.assert_array_equal(both.main_images[0], a.main_images[0])  # a copy shares no memory
+    before = both.copy()
     both.set_rows(np.array([0, 2]), picked)
-    assert both.states[:, 0].tolist() == [4, 1, 1, 3, 4] and both.task_descriptions == ["t4", "t1", "t1", "t3", "t4"]
-    assert both.wrist_images[:, 0, 0, 0].tolist() == [4, 1, 1, 3, 4]
+    _assert_rows(both, before, [4, 1, 1, 3, 4])
 
 
 def test_observations_without_a_wrist_camera():

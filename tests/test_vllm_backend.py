@@ -9,7 +9,6 @@ import json
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -19,6 +18,7 @@ from embodied_rl.models.generators import DeviceGenerators
 from embodied_rl.models.openvla_oft import lora
 from embodied_rl.models.registry import build_policy
 from embodied_rl.types import EnvObservation
+from tests.observations import observations
 
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm
@@ -27,7 +27,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "2")  # vLLM's CPU worker is ~50x slowe
 from embodied_rl.models.openvla_oft.vllm.engine import VLLMOpenVLAOFT
 
 TOL = 1e-4
-TASKS = ["pick up the red cube", "open the top drawer of the cabinet", "push"]
 
 
 def _cfg(path: Path, num_images: int = 1, **overrides):
@@ -36,10 +35,7 @@ def _cfg(path: Path, num_images: int = 1, **overrides):
 
 
 def _obs(seed: int = 0, n: int = 3, wrist: bool = False) -> EnvObservation:
-    rng = np.random.default_rng(seed)
-    image = lambda: rng.integers(0, 256, (n, 64, 64, 3), dtype=np.uint8)
-    return EnvObservation(main_images=image(), states=rng.uniform(-1, 1, (n, 8)).astype(np.float32),
-                          task_descriptions=[TASKS[i % len(TASKS)] for i in range(n)], wrist_images=image() if wrist else None)
+    return observations(n, size=64, seed=seed, wrist=wrist)
 
 
 def _assert_acts_alike(out, ref, values: bool = True) -> None:
@@ -51,8 +47,8 @@ def _assert_acts_alike(out, ref, values: bool = True) -> None:
 
 
 @pytest.fixture(scope="module")
-def ckpt(tmp_path_factory) -> Path:
-    return create_model("tiny", tmp_path_factory.mktemp("tiny") / "ckpt", image_size=64, seed=0).path
+def ckpt(tiny_model) -> Path:
+    return tiny_model(image_size=64)
 
 
 @pytest.fixture(scope="module")
@@ -193,8 +189,8 @@ def test_image_and_proprio_reach_the_action_slots(hf, engine):
         assert (out - ref).abs().max() < TOL, key
 
 
-def test_weight_sync_changes_actions_as_loading_into_hf_does(hf, engine, ckpt, tmp_path):
-    other = create_model("tiny", tmp_path / "other", image_size=64, seed=1).path
+def test_weight_sync_changes_actions_as_loading_into_hf_does(hf, engine, tiny_model):
+    other = tiny_model(image_size=64, seed=1)
     new = build_policy(_cfg(other), device="cpu", warn_untrained_value_head=False, init_seed=1).trainable_state_dict()
     old = hf.trainable_state_dict()
     old = {k: v.clone() for k, v in old.items()}

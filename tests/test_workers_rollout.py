@@ -19,7 +19,6 @@ from embodied_rl.distributed.channel import Channel
 from embodied_rl.distributed.worker_group import RayCluster, WorkerError, WorkerGroup
 from embodied_rl.envs.maniskill import ManiSkillParams
 from embodied_rl.envs.reset_split import EVAL_SEEDS_START
-from embodied_rl.models.create import create_model
 from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
 from embodied_rl.workers.env_worker import EnvWorker
 from embodied_rl.workers.protocol import (
@@ -44,10 +43,8 @@ def env_cfg(**kw) -> EnvConfig:
 
 
 @pytest.fixture(scope="module")
-def model_cfg(tmp_path_factory) -> OpenVLAOFTConfig:
-    out = tmp_path_factory.mktemp("models") / "tiny-oft-64"
-    create_model("tiny", str(out), image_size=64, seed=0)
-    return OpenVLAOFTConfig(model_path=str(out), add_value_head=True, value_type="action_level")
+def model_cfg(tiny_model) -> OpenVLAOFTConfig:
+    return OpenVLAOFTConfig(model_path=str(tiny_model(image_size=64)), add_value_head=True, value_type="action_level")
 
 
 @pytest.fixture(scope="module")
