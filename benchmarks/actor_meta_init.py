@@ -6,7 +6,7 @@ parameters, full fine-tuning and a value head). Per rank: peak RSS during the bu
 RSS before it (the process group, the imports and the tokenizer are already there, the freed
 heap trimmed; /proc/self/clear_refs resets the peak), and the RSS once built. Printed per rank and summed, with the ratio eager / meta.
 
-    python benchmarks/actor_meta_init.py [--world 2]
+    python benchmarks/actor_meta_init.py [--world 2] [--preset small]
 """
 from __future__ import annotations
 
@@ -68,8 +68,9 @@ def _rank(rank: int, world: int, port: int, path: str, mode: str, out: dict) -> 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--preset", default="small", help="model preset (tiny: a smoke run of the code path)")
     args = ap.parse_args()
-    path = create_model("small", Path(tempfile.mkdtemp(prefix="meta_bench_")) / "small", image_size=64, seed=0).path
+    path = create_model(args.preset, Path(tempfile.mkdtemp(prefix="meta_bench_")) / args.preset, image_size=64, seed=0).path
     n_params = sum(t.numel() for t in build_policy(model_config("openvla_oft", model_path=str(path))).parameters())
     results = {}
     with mp.Manager() as manager:
@@ -78,7 +79,7 @@ def main() -> None:
             mp.start_processes(_rank, args=(args.world, fsdp.free_port(), str(path), mode, out), nprocs=args.world,
                                start_method="spawn")
             results[mode] = dict(out)
-    print(f"small preset: {n_params / 1e6:.1f}M parameters ({n_params * 4 / 2**20:.0f} MiB in fp32), {args.world} ranks over gloo")
+    print(f"{args.preset} preset: {n_params / 1e6:.1f}M parameters ({n_params * 4 / 2**20:.0f} MiB in fp32), {args.world} ranks over gloo")
     for mode, ranks in results.items():
         per = ", ".join(f"rank {r}: peak +{p:6.1f} MiB, held +{h:6.1f} MiB" for r, (p, h) in sorted(ranks.items()))
         print(f"  {mode:5s} {per}; all ranks peak +{sum(p for p, _ in ranks.values()):6.1f} MiB")

@@ -10,7 +10,7 @@ every round; the ratio uses the summed `time/train_s` of the steps after the fir
 It also prints how far the first step's losses of the two settings are apart: the update is
 the same up to the order of floating-point sums.
 
-    python benchmarks/actor_micro_batch.py [--steps 4] [--rounds 1]
+    python benchmarks/actor_micro_batch.py [--steps 4] [--rounds 1] [--set KEY=VALUE ...]
 """
 from __future__ import annotations
 
@@ -39,7 +39,10 @@ def run(overrides: list[str], steps: int, work: Path, index: int) -> list[dict]:
     name = f"mb_{index}"  # one run dir per run: a reused name would resume or append to the last
     cmd = [sys.executable, "-m", "embodied_rl.cli", "train", "maniskill_ppo_tiny", *RECIPE, *overrides,
            f"runner.max_steps={steps}", f"runner.experiment_name={name}", f"actor.model.model_path={work / 'model'}"]
-    subprocess.run(cmd, cwd=work, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = work / f"{name}.log"
+    with open(log, "w") as f:
+        if subprocess.run(cmd, cwd=work, stdout=f, stderr=subprocess.STDOUT, check=False).returncode:
+            sys.exit(f"`{' '.join(cmd[1:])}` failed:\n{log.read_text()[-4000:]}")
     lines = (work / "runs" / name / "metrics.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines if line.strip()]
 
@@ -48,6 +51,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=4, help="training steps per run (the first is not timed)")
     p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config override after the recipe's (repeatable): smaller sizes for a smoke run")
     args = p.parse_args()
     train: dict[str, list[float]] = {s: [] for s in SETTINGS}
     step: dict[str, list[float]] = {s: [] for s in SETTINGS}
@@ -57,7 +62,7 @@ def main() -> None:
         order = list(SETTINGS)
         for r in range(args.rounds):
             for i, setting in enumerate(order if r % 2 == 0 else order[::-1]):
-                rows = run([SETTINGS[setting]], args.steps, work, index=r * len(order) + i)
+                rows = run([SETTINGS[setting], *args.set], args.steps, work, index=r * len(order) + i)
                 first.setdefault(setting, rows[0])
                 train[setting] += [row["time/train_s"] for row in rows[1:]]
                 step[setting] += [row["time/step_s"] for row in rows[1:]]

@@ -9,7 +9,7 @@ Two measurements, each alternating the settings and swapping their order every r
    RECIPE: 16 sub-envs, 4 rollout epochs, 64 episodes), `time/rollout_s` and `time/step_s` of
    the steps after the first (warm-up), with the meshes full on every env and clustered.
 
-    python benchmarks/render_mesh.py [--cell 0.008] [--pictures 60] [--steps 3] [--rounds 1]
+    python benchmarks/render_mesh.py [--cell 0.008] [--pictures 60] [--steps 3] [--rounds 1] [--set KEY=VALUE ...]
 """
 from __future__ import annotations
 
@@ -58,6 +58,8 @@ def main() -> None:
     p.add_argument("--pictures", type=int, default=60)
     p.add_argument("--steps", type=int, default=3, help="PPO steps per CLI run (the first is not timed); 0 skips them")
     p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config override of the PPO runs after the recipe's (repeatable): smaller sizes for a smoke run")
     args = p.parse_args()
     configure_process_env()  # software Vulkan, as the env workers have it
     settings = {"full meshes": None, f"cell {args.cell * 1000:g} mm": args.cell}
@@ -82,7 +84,7 @@ def main() -> None:
         for r in range(args.rounds):
             for i, s in enumerate(names if r % 2 == 0 else names[::-1]):
                 value = "null" if settings[s] is None else settings[s]
-                rows = run_recipe([f"env.{m}.init_params.robot_visual_cell={value}" for m in ("train", "eval")],
+                rows = run_recipe([*(f"env.{m}.init_params.robot_visual_cell={value}" for m in ("train", "eval")), *args.set],
                                   args.steps, work, index=r * len(names) + i)
                 rollout[s] += [row["time/rollout_s"] for row in rows[1:]]
                 step[s] += [row["time/step_s"] for row in rows[1:]]

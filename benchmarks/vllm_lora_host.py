@@ -15,7 +15,7 @@ fp32, LoRA rank 8:
                    beside the bytes of the adapted layers' weights it writes
 Median over repeats; prints whole policy / engine host.
 
-    python benchmarks/vllm_lora_host.py [--repeats 3]
+    python benchmarks/vllm_lora_host.py [--repeats 3] [--preset small]
 """
 from __future__ import annotations
 
@@ -100,14 +100,15 @@ def _in_fresh_process(target, *args):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--preset", default="small", help="model preset (tiny: a smoke run of the code path)")
     args = ap.parse_args()
     from embodied_rl.models.create import create_model
 
-    path = str(create_model("small", Path(tempfile.mkdtemp(prefix="lora_host_")) / "small", image_size=64, seed=0).path)
+    path = str(create_model(args.preset, Path(tempfile.mkdtemp(prefix="lora_host_")) / args.preset, image_size=64, seed=0).path)
     held = {route: statistics.median(_in_fresh_process(_rss_added, route, path) for _ in range(args.repeats))
             for route in ("whole policy", "engine host")}
     syncs = [_in_fresh_process(_sync_peak, path) for _ in range(args.repeats)]
-    print(f"small preset, fp32, LoRA rank 8; median of {args.repeats} fresh processes each")
+    print(f"{args.preset} preset, fp32, LoRA rank 8; median of {args.repeats} fresh processes each")
     for route, mib in held.items():
         print(f"  {route:13s} RSS +{mib:7.1f} MiB")
     print(f"  sync peak     RSS +{statistics.median(s[0] for s in syncs):7.1f} MiB "

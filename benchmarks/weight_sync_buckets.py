@@ -11,7 +11,7 @@ Per route and repeat the receiver resets its peak RSS (/proc/self/clear_refs) an
 peak minus the RSS before the sync (after malloc_trim): the memory the sync added. Median over repeats; the ratio
 whole fp32 / buckets bf16 is printed, and the load time of each route.
 
-    python benchmarks/weight_sync_buckets.py [--bucket-mb 16] [--repeats 3]
+    python benchmarks/weight_sync_buckets.py [--bucket-mb 16] [--repeats 3] [--preset small]
 """
 from __future__ import annotations
 
@@ -64,9 +64,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bucket-mb", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--preset", default="small", help="model preset (tiny: a smoke run of the code path)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sync_bench_"))
-    path = create_model("small", work / "small", image_size=64, seed=0).path
+    path = create_model(args.preset, work / args.preset, image_size=64, seed=0).path
     sd = build_policy(_cfg(path, "fp32"), warn_untrained_value_head=False).trainable_state_dict()
     total = sum(nbytes(v) for v in sd.values())
     ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=4 * total + 2**28)
@@ -87,7 +88,7 @@ def main() -> None:
             peaks[route].append(mib)
             times[route].append(seconds)
     n_buckets = len(routes["buckets bf16"])
-    print(f"small preset: {total / 2**20:.1f} MiB of trainable fp32 weights; {n_buckets} buckets of <= {args.bucket_mb} MiB "
+    print(f"{args.preset} preset: {total / 2**20:.1f} MiB of trainable fp32 weights; {n_buckets} buckets of <= {args.bucket_mb} MiB "
           f"in bf16; receiver in bf16; median of {args.repeats}")
     med = {r: statistics.median(v) for r, v in peaks.items()}
     for route in routes:

@@ -84,7 +84,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
 # read is made once).
 # The longest modules, longest first (serial durations, docs/BENCHMARKS.md): handed out first so
 # that no worker starts one of them when the others are nearly done.
-LONGEST_MODULES = ("tests.test_schema_walk", "tests.test_shipped_configs", "tests.test_runtime_e2e", "tests.test_recovery",
+LONGEST_MODULES = ("tests.test_schema_walk", "tests.test_benchmark_smoke", "tests.test_shipped_configs", "tests.test_runtime_e2e", "tests.test_recovery",
                    "tests.test_multinode", "tests.test_sft", "tests.test_health_e2e", "tests.test_health_induced",
                    "tests.test_learning", "tests.test_leaks")
 

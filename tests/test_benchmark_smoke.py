@@ -1,0 +1,152 @@
+"""Every benchmark in benchmarks/ runs end to end at a smoke size, so a change of the package
+that breaks one fails here instead of on the next person who measures with it.
+
+Each runs as a user runs it (`python benchmarks/X.py ARGS`, a subprocess) with the real
+simulators, Ray, models and CLI, only at the smallest sizes that still take its whole code path,
+and must exit 0 and print the ratio or result line it prints at full size. The numbers
+themselves mean nothing at these sizes. A benchmark that an equivalent test elsewhere already
+runs at a small size names that test (`covered_by`) instead of running twice.
+`test_every_benchmark_has_a_smoke_size` fails for a new benchmark without an entry in SMOKE.
+
+Each subprocess gets its own short TMPDIR (removed after), so what a benchmark leaves in its
+temporary directories (models, runs, Ray's session) goes with it, and a benchmark's
+`ray.init()` never finds another Ray session of the machine.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[1]
+BENCHMARKS = REPO / "benchmarks"
+NUM = r"(?:\d[\d.]*(?:e[+-]?\d+)?|inf)"  # a printed ratio (nan is not a result)
+MANISKILL, LIBERO, VLLM = pytest.mark.maniskill, pytest.mark.libero, pytest.mark.vllm
+NO_VLLM = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed (the vllm extra)")
+# The learning recipe's PPO step (actor_micro_batch.py's RECIPE) at its smallest: the fewest
+# sub-envs the placement allows (2 env workers x 2 stages), one rollout epoch, one minibatch
+# of the 20 chunk samples, one update epoch.
+SMALL_RECIPE = ("--set", "env.train.total_num_envs=4", "--set", "algorithm.rollout_epoch=1",
+                "--set", "actor.global_batch_size=20", "--set", "algorithm.update_epoch=1")
+
+
+@dataclass(frozen=True)
+class Smoke:
+    args: tuple[str, ...]       # "{tmp}" is this test's tmp_path; "{side_by_side}" the inputs written for it
+    expect: str                 # a regex the output must match: the line with the benchmark's ratio or result
+    marks: tuple = ()
+    env: dict[str, str] = field(default_factory=dict)
+    timeout: int = 600          # seconds for the subprocess
+    covered_by: str | None = None  # "tests/test_x.py::test_y" that runs this benchmark at a small size already
+
+
+SMOKE: dict[str, Smoke] = {
+    "actor_meta_init.py": Smoke(("--preset", "tiny", "--world", "1"), rf"peak RSS of the set-up, eager / meta: all ranks {NUM}x"),
+    # two CLI runs (both settings) of 2 steps: the first step is not timed
+    "actor_micro_batch.py": Smoke(("--steps", "2", *SMALL_RECIPE), rf"training time ratio .*: {NUM}x; whole step {NUM}x",
+                                  (MANISKILL,), timeout=1200),
+    "brdf_table.py": Smoke(("--rounds", "1"), rf"make, wall, mean: .* sapien / zero = {NUM}x", (MANISKILL,)),
+    "channel.py": Smoke(("--repeats", "1", "--batch", "1"), rf"speedup shm \(zero-copy\) vs ray object store: +{NUM}x"),
+    "health_monitors.py": Smoke((), rf"false alarms: \d+ in \d+ steps.*\n.*overhead ratio {NUM}"),
+    "kl_reference.py": Smoke(("--models", "tiny"), rf"\| tiny \| {NUM} \| frozen_adapters \| .*\| {NUM} \|"),
+    "learning.py": Smoke(("--seeds", "0", "--minimal", "--algos", "ppo", "--out", "{tmp}"), r"\| PPO after \|", (MANISKILL,),
+                         covered_by="tests/test_learning.py::test_minimal_recipe_runs_through_the_real_code_path"),
+    "libero_render.py": Smoke(("--size", "32", "--steps", "1", "--rounds", "1"), rf"step ratio: {NUM}x", (LIBERO,)),
+    "overhead.py": Smoke(("--sim", "maniskill", "--envs", "1", "--size", "32", "--steps", "8", "--rounds", "1"),
+                         rf"(?m)^ +1 +{NUM} +{NUM} +{NUM}$", (MANISKILL,)),
+    "overhead_rollout.py": Smoke(("--envs", "1", "--size", "32", "--chunk-steps", "1", "--rounds", "1"),
+                                 rf"ratio full loop / raw simulator: +{NUM}", (MANISKILL,)),
+    # --device-ms: the device cost model without its 3 calibration epochs
+    "pipeline.py": Smoke(("--envs", "2", "--chunk-steps", "1", "--epochs", "1", "--cost-model", "device", "--device-ms", "1"),
+                         rf"ratio 2 stages / 1 stage: {NUM}", (MANISKILL, pytest.mark.serial)),  # serial: it pins this user's Ray processes
+    "policy_forward.py": Smoke(("--image-size", "64", "--batch-sizes", "1,2", "--iters", "1"), rf"(?m)^ +2 +{NUM} +{NUM} +{NUM} +{NUM} "),
+    "ppo_cartpole.py": Smoke(("--max-steps", "64", "--num-envs", "2", "--horizon", "16", "--eval-every", "1"),
+                             rf"RESULT solved=\w+ .* ratio_vs_475={NUM}"),
+    "ppo_rgb_baseline.py": Smoke(("--minimal", "--seed", "0", "--out", "{tmp}/out"), rf"ratio {NUM}; PPO overall", (MANISKILL,),
+                                 covered_by="tests/test_ppo_rgb_baseline.py::test_minimal_baseline_runs"),
+    "process_start.py": Smoke(("--rounds", "1"), rf"config check: .* with the old imports: {NUM}x"),
+    "reconfigure_reset.py": Smoke(("--resets", "1", "--rounds", "1"), rf"clustered / full: {NUM}x", (MANISKILL,)),
+    # --kill-after 2: the least with a normal step (step 2) to compare with; 4 steps, one restart
+    "recovery.py": Smoke(("--kill-after", "2"), rf"recovery / normal step: {NUM}x; restarts logged: 1", (MANISKILL,), timeout=1200),
+    # --steps 0: the pictures only; its PPO phase is actor_micro_batch.py's run_recipe, smoked there
+    "render_mesh.py": Smoke(("--pictures", "1", "--steps", "0"), rf"picture ratio: {NUM}x", (MANISKILL,)),
+    "render_on_demand.py": Smoke(("--envs", "1", "--size", "32", "--max-steps", "8", "--chunks", "1", "--rounds", "1"),
+                                 rf"lazy / eager throughput: {NUM}x", (MANISKILL,)),
+    "render_threads.py": Smoke(("--envs", "1", "--size", "32", "--steps", "8", "--rounds", "1"), rf"N=1: .* ratio {NUM}", (MANISKILL,)),
+    "rollout_backends.py": Smoke(("--batches", "1", "--repeats", "1"), rf'"vllm_over_hf": {NUM}', (VLLM, NO_VLLM),
+                                 env={"OMP_NUM_THREADS": "1"}),
+    "side_by_side.py": Smoke(("--ours", "{side_by_side}/runs/ours", "--baseline", "{side_by_side}/ppo_rgb/results.json",
+                              "--out", "{tmp}/side_by_side.png"), rf"\(ratio {NUM}\)(.|\n)*plot: "),
+    "start_up.py": Smoke(("--rounds", "1"), rf"\| ratio {NUM} \|", (MANISKILL,), timeout=900),
+    "subenv_start.py": Smoke(("--envs", "1", "--pools", "1", "--rounds", "1"), rf"all pools: baseline / preload = {NUM}x", (MANISKILL,)),
+    "vllm_lora_host.py": Smoke(("--preset", "tiny", "--repeats", "1"), rf"host memory, whole policy / engine host: {NUM}x", (VLLM, NO_VLLM)),
+    "weight_sync.py": Smoke(("--mb", "1", "--repeats", "1"), rf"driver route / reference route: {NUM}x"),
+    "weight_sync_buckets.py": Smoke(("--preset", "tiny", "--bucket-mb", "1", "--repeats", "1"),
+                                    rf"receiver peak, whole fp32 / buckets bf16: {NUM}x"),
+}
+
+
+def _cases() -> list:
+    return [pytest.param(name, smoke, id=name.removesuffix(".py"), marks=[*smoke.marks, pytest.mark.timeout(smoke.timeout + 120)])
+            for name, smoke in SMOKE.items() if smoke.covered_by is None]
+
+
+def test_every_benchmark_has_a_smoke_size() -> None:
+    """A benchmark added without a SMOKE entry (or an entry whose script is gone) fails here;
+    an entry covered elsewhere names a test that exists and runs that script with its arguments."""
+    assert sorted(SMOKE) == sorted(p.name for p in BENCHMARKS.glob("*.py"))
+    for name, smoke in SMOKE.items():
+        if smoke.covered_by:
+            path, _, test = smoke.covered_by.partition("::")
+            source = (REPO / path).read_text()
+            assert f"def {test}(" in source and f'"{name}"' in source, (name, smoke.covered_by)
+            assert all(f'"{a}"' in source for a in smoke.args if "{" not in a), (name, smoke.covered_by)
+
+
+def _side_by_side_inputs(root: Path) -> Path:
+    """What side_by_side.py reads, in the layout its two sources write: a training run of ours
+    (config.yaml, metrics.jsonl with evaluations at steps 0 and 2) and ppo_rgb_baseline.py's
+    results.json (evaluations at 0 and 320 env steps). benchmarks/ppo_rgb_baseline.py itself
+    runs in tests/test_ppo_rgb_baseline.py."""
+    run = root / "runs" / "ours"
+    run.mkdir(parents=True)
+    config = {"env": {"train": {"total_num_envs": 4, "max_episode_steps": 40}},
+              "actor": {"model": {"num_action_chunks": 8}}, "algorithm": {"rollout_epoch": 1}}
+    (run / "config.yaml").write_text(json.dumps(config))  # JSON is YAML
+    rows = [{"step": 0, "time": 100.0, "eval/success_once": 0.25, "eval/num_trajectories": 4.0},
+            {"step": 1, "time": 130.0, "train/actor/policy_loss": 0.1},
+            {"step": 2, "time": 160.0, "eval/success_once": 0.5, "eval/num_trajectories": 4.0}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (root / "ppo_rgb").mkdir()
+    evals = [{"env_steps": 0, "wall_s": 1.0, "success_once": 0.25, "episodes": 4},
+             {"env_steps": 320, "wall_s": 20.0, "success_once": 0.0, "episodes": 4}]
+    (root / "ppo_rgb" / "results.json").write_text(json.dumps({"evals": evals}))
+    return root
+
+
+@pytest.mark.parametrize(("name", "smoke"), _cases())
+def test_benchmark_runs_at_smoke_size(name: str, smoke: Smoke, tmp_path: Path) -> None:
+    inputs = _side_by_side_inputs(tmp_path / "inputs") if name == "side_by_side.py" else None
+    args = [a.format(tmp=tmp_path, side_by_side=inputs) for a in smoke.args]
+    # A short path: Ray's session sockets live under TMPDIR and must stay within 107 bytes.
+    tmpdir = tempfile.mkdtemp(prefix="bsmoke")
+    env = dict(os.environ, TMPDIR=tmpdir, PYTHONUNBUFFERED="1", WANDB_MODE="offline", **smoke.env)
+    try:
+        proc = subprocess.run([sys.executable, str(BENCHMARKS / name), *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=smoke.timeout, check=False)
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{name} {' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    assert re.search(smoke.expect, proc.stdout), f"{name}: no line matching {smoke.expect!r} in its output:\n{out[-4000:]}"
