@@ -64,8 +64,11 @@ ALGOS = ("ppo", "grpo")
 # schedule and size (the same held-out states as the SFT run), the run name.
 SIZE_KEYS = ("actor.model.model_path", "runner.seed", "runner.max_steps", "runner.val_check_interval",
              "algorithm.eval_rollout_epoch", "env.eval.total_num_envs", "runner.experiment_name")
-# --minimal shrinks the update to one rollout epoch of the fewest sub-envs (the code path only).
-MINIMAL_KEYS = ("algorithm.rollout_epoch", "algorithm.n_minibatches", "env.train.groups_per_stage", "runner.critic_warmup")
+# --minimal shrinks the update to one rollout epoch of the fewest sub-envs, on one slot (one worker
+# of each kind): the code path only.
+MINIMAL_KEYS = ("cluster.num_cpu_slots", "algorithm.rollout_epoch", "algorithm.n_minibatches", "env.train.groups_per_stage",
+                "runner.critic_warmup")
+ONE_SLOT = "cluster.num_cpu_slots=1"
 
 
 def cli(*args: str, cwd: Path, log: Path) -> float:
@@ -99,7 +102,8 @@ def run_sft(seed: int, a: argparse.Namespace, work: Path) -> dict:
     if not (a.reuse_sft and (work / "models" / sft / "config.json").is_file()):  # else: this seed's SFT, as exported before
         out["time_s"]["sft"] = cli("sft", TASKS[a.task].sft_config, f"runner.seed={seed}", f"runner.experiment_name={sft}",
                                    f"runner.max_steps={a.sft_steps}", f"runner.val_check_interval={a.sft_steps}",
-                                   f"algorithm.eval_rollout_epoch={a.eval_epochs}", cwd=work, log=logs / f"{sft}.log")
+                                   f"algorithm.eval_rollout_epoch={a.eval_epochs}", *([ONE_SLOT] if a.minimal else []),
+                                   cwd=work, log=logs / f"{sft}.log")
         out["time_s"]["export"] = cli("export", f"runs/{sft}", f"models/{sft}", cwd=work, log=logs / f"export_s{seed}.log")
     out["sft_evals"] = evals(metrics(work / "runs" / sft))
     # Every phase evaluates the same sub-envs (reset ids depend on the run-wide sub-env index
@@ -121,7 +125,7 @@ def rl_args(algo: str, seed: int, eval_envs: int, a: argparse.Namespace) -> list
              *([f"runner.max_steps={steps}"] if steps else []), f"runner.val_check_interval={a.eval_every}",
              f"algorithm.eval_rollout_epoch={a.eval_epochs}", f"env.eval.total_num_envs={eval_envs}",
              f"runner.experiment_name={algo}_s{seed}"]
-    minimal = ["algorithm.rollout_epoch=1", "algorithm.n_minibatches=1", "env.train.groups_per_stage=1",
+    minimal = [ONE_SLOT, "algorithm.rollout_epoch=1", "algorithm.n_minibatches=1", "env.train.groups_per_stage=1",
                "runner.critic_warmup=0"] if a.minimal else []
     return ["train", rl_config(algo, a), *sizes, *minimal, *a.rl_set]
 

@@ -34,10 +34,10 @@ BENCHMARKS = REPO / "benchmarks"
 NUM = r"(?:\d[\d.]*(?:e[+-]?\d+)?|inf)"  # a printed ratio (nan is not a result)
 MANISKILL, LIBERO, VLLM = pytest.mark.maniskill, pytest.mark.libero, pytest.mark.vllm
 NO_VLLM = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed (the vllm extra)")
-# The learning recipe's PPO step (actor_micro_batch.py's RECIPE) at its smallest: the fewest
-# sub-envs the placement allows (2 env workers x 2 stages), one rollout epoch, one minibatch
-# of the 20 chunk samples, one update epoch.
-SMALL_RECIPE = ("--set", "env.train.total_num_envs=4", "--set", "algorithm.rollout_epoch=1",
+# The learning recipe's PPO step (actor_micro_batch.py's RECIPE) at its smallest: one slot (one
+# worker of each kind), few sub-envs, one rollout epoch, one minibatch of the 20 chunk samples,
+# one update epoch.
+SMALL_RECIPE = ("--set", "cluster.num_cpu_slots=1", "--set", "env.train.total_num_envs=4", "--set", "algorithm.rollout_epoch=1",
                 "--set", "actor.global_batch_size=20", "--set", "algorithm.update_epoch=1")
 
 

@@ -21,14 +21,14 @@ import pytest
 import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-from tests.cli_runs import read_metrics, run_cli, run_cli_failing
+from tests.cli_runs import ONE_SLOT, read_metrics, run_cli, run_cli_failing
 
 pytestmark = [pytest.mark.slow, pytest.mark.maniskill]
 
 FAULTS = Path(__file__).parent / "faults"
 # The PushCube recipe from the shipped SFT policy, shrunk: one epoch of the fewest sub-envs, one
-# minibatch, no critic-only steps, no evaluation, a checkpoint every step.
-SMALL = ["algorithm.rollout_epoch=1", "env.train.groups_per_stage=1", "algorithm.n_minibatches=1", "runner.critic_warmup=0",
+# minibatch, no critic-only steps, no evaluation, a checkpoint every step, one worker of each kind.
+SMALL = [ONE_SLOT, "algorithm.rollout_epoch=1", "env.train.groups_per_stage=1", "algorithm.n_minibatches=1", "runner.critic_warmup=0",
          "runner.val_before_train=false", "runner.val_check_interval=-1", "runner.save_interval=1",
          "runner.logger.logger_backends=[console]", "env.train.video_cfg.save_video=false"]
 
@@ -92,7 +92,7 @@ def test_a_critic_that_never_learns_stops_the_run(tmp_path: Path) -> None:
 
 
 def test_a_dead_start_is_said_once_with_what_helps(tmp_path: Path) -> None:
-    proc = run_cli("train", "maniskill_ppo_tiny", "runner.max_steps=6", "env.train.init_params.reward_mode=sparse",
+    proc = run_cli("train", "maniskill_ppo_tiny", ONE_SLOT, "runner.max_steps=6", "env.train.init_params.reward_mode=sparse",
                    "env.train.video_cfg.save_video=false", "env.eval.video_cfg.save_video=false",
                    "runner.logger.logger_backends=[console]", "runner.experiment_name=dead", cwd=tmp_path)
     run = tmp_path / "runs" / "dead"

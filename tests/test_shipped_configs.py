@@ -2,11 +2,11 @@
 
 Each runs through the real CLI in a fresh working directory (its model is created there on
 first use, as on a fresh clone, or is the checkpoint shipped in models/) with no override
-beyond sizes (SHRINK: the step count, one rollout epoch of the derived minimum of sub-envs, at
-most one critic-only step) and the run name: 2 training steps, then `embodied-rl eval` of the
+beyond sizes (shrink: the step count, one slot (the fewest workers), one rollout epoch of the
+derived minimum of sub-envs, at most one critic-only step) and the run name: 2 training steps, then `embodied-rl eval` of the
 checkpoint they wrote. The training runs score their evaluations greedily only, on at most
-TRAIN_EVAL_EPOCHS epochs (the sampled pass and maniskill_ppo_from_sft's 16 epochs would make
-its 2 evaluations eight times as long); the eval-only run scores both, as shipped. A config
+START_EVAL_EPISODES episodes (the sampled pass and maniskill_ppo_from_sft's 16 epochs would
+make its 2 evaluations several times as long); the eval-only run scores both, as shipped. A config
 whose env config another config's eval-only run covers is listed in EVAL_ONLY_ELSEWHERE.
 Demos recorded with the same arguments earlier in the session are copied (tests/test_learning.py
 records the same 2 PushCube demos through benchmarks/learning.py).
@@ -26,6 +26,7 @@ import pytest
 from embodied_rl.config.loader import CONFIG_DIR, available
 from embodied_rl.configure import load_config
 from tests.cli_runs import (
+    ONE_SLOT,
     check_environment,
     check_eval_only,
     read_metrics,
@@ -37,10 +38,13 @@ from tests.cli_runs import (
 pytestmark = [pytest.mark.slow]
 
 SHIPPED = available(CONFIG_DIR)
-# At most this many eval epochs per evaluation of a run that evaluates before training: 16 episodes
-# on 2 cores, enough to show that a shipped SFT policy succeeds on held-out states
-# (maniskill_ppo_from_sft ships 16). A run that does not only shows that it evaluates: one epoch.
-TRAIN_EVAL_EPOCHS = 4
+# The episodes per evaluation of a run that evaluates before training: enough to show that a
+# shipped SFT policy succeeds on held-out states (maniskill_ppo_from_sft ships 64). A run that does
+# not only shows that it evaluates: one epoch.
+START_EVAL_EPISODES = 16
+# Configs whose checks are about their two env workers (their eval-only run's videos): the
+# others run on one slot (ONE_SLOT), as on a 1-core machine.
+TWO_SLOTS = {"libero_grpo_tiny"}
 # Configs whose eval-only run of a checkpoint, with the checks below, is another test's.
 # The eval-only path reads the env config and the checkpoint; the algorithm does not act there.
 EVAL_ONLY_ELSEWHERE = {"maniskill_sft_tiny": "tests/test_sft.py",
@@ -109,12 +113,13 @@ def _check_eval_change(stdout: str, run: Path, metrics: dict[int, dict]) -> None
     assert paired["both"] + paired["only_before"] == round(metrics[0]["eval/success_once"] * n)
 
 
-def shrink(cfg) -> list[str]:
+def shrink(name: str, cfg) -> list[str]:
     """2 training steps of the smallest rollout the config allows: one rollout epoch, one group per
     stage, one minibatch; a recipe's critic-only steps become one, so the second updates the policy."""
+    slots = [] if name in TWO_SLOTS else [ONE_SLOT]
     if cfg.runner.paradigm == "sft":
-        return ["runner.max_steps=2"]
-    return ["runner.max_steps=2", "algorithm.rollout_epoch=1", "env.train.groups_per_stage=1", "algorithm.n_minibatches=1",
+        return ["runner.max_steps=2", *slots]
+    return ["runner.max_steps=2", *slots, "algorithm.rollout_epoch=1", "env.train.groups_per_stage=1", "algorithm.n_minibatches=1",
             f"runner.critic_warmup={min(cfg.runner.critic_warmup, 1)}"]
 
 
@@ -125,8 +130,10 @@ def test_shipped_config_trains_two_steps_and_evaluates(name: str, tmp_path: Path
     cfg = load_config(name, skip=("sft_data",), plan=False)
     for path in cfg.data.train_data_paths:  # SFT: first record the demos it names, as its header says
         record_demos(name, 2, path, cwd=tmp_path)
-    epochs = min(cfg.algorithm.eval_rollout_epoch, TRAIN_EVAL_EPOCHS if cfg.runner.val_before_train else 1)
-    proc = run_cli("train", name, *shrink(cfg), f"runner.experiment_name={name}", "algorithm.sampling_params.eval_scoring=[greedy]",
+    small = shrink(name, cfg)
+    per_epoch = load_config(name, small, skip=("sft_data",)).env.eval.total_num_envs
+    epochs = min(cfg.algorithm.eval_rollout_epoch, -(-START_EVAL_EPISODES // per_epoch) if cfg.runner.val_before_train else 1)
+    proc = run_cli("train", name, *small, f"runner.experiment_name={name}", "algorithm.sampling_params.eval_scoring=[greedy]",
                    f"algorithm.eval_rollout_epoch={epochs}", cwd=tmp_path)
     run = tmp_path / "runs" / name
     metrics = read_metrics(run)
@@ -156,7 +163,7 @@ def test_shipped_config_trains_two_steps_and_evaluates(name: str, tmp_path: Path
 
     # Eval-only on the checkpoint, at its smallest (one rollout epoch).
     run_cli("eval", name, f"runner.experiment_name={name}_eval", f"runner.ckpt_path=runs/{name}",
-            "algorithm.eval_rollout_epoch=1", cwd=tmp_path)
+            "algorithm.eval_rollout_epoch=1", *[o for o in small if o.startswith("cluster.")], cwd=tmp_path)
     check_eval_only(tmp_path / "runs" / f"{name}_eval")
     if name in EVAL_CHECKS:
         EVAL_CHECKS[name](tmp_path / "runs" / f"{name}_eval")

@@ -129,12 +129,16 @@ def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs
                     "video_dirs": video_dirs, "run_name": run_name},
         )
         env_built = env.build(first_mode) if first_mode else None
-        rollout.get_rng_state().wait(SETUP_TIMEOUT_S)  # barrier: consumers registered
+        # The actor ranks' set-up (process group, policy, optimizer) needs nothing of the rollout
+        # workers: it runs while they build their policies, not after.
+        actor_ready = None
         if actor is not None:
             addr, port = ray.get(actor.workers[0].get_master_address.remote())
-            actor.setup(addr, port).wait(SETUP_TIMEOUT_S)
-        if env_built is not None:
-            env_built.wait(SETUP_TIMEOUT_S)
+            actor_ready = actor.setup(addr, port)
+        rollout.get_rng_state().wait(SETUP_TIMEOUT_S)  # barrier: consumers registered
+        for pending in (actor_ready, env_built):
+            if pending is not None:
+                pending.wait(SETUP_TIMEOUT_S)
         return Groups(cluster, placement, wiring, env, rollout, actor)
     except BaseException:
         cluster.shutdown()
