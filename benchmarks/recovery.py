@@ -8,7 +8,7 @@ run: the median wall time of the steps before the kill (time between consecutive
 metrics.jsonl). Printed: recovery seconds (kill -> the repeated step logged) and its ratio to
 one normal step.
 
-    python benchmarks/recovery.py [--victim EnvWorker|RolloutWorker|ActorWorker] [--kill-after 2]
+    python benchmarks/recovery.py [--victim EnvWorker|RolloutWorker|ActorWorker] [--kill-after 2] [--set KEY=VALUE ...]
 """
 from __future__ import annotations
 
@@ -62,6 +62,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--victim", default="EnvWorker", choices=["EnvWorker", "RolloutWorker", "ActorWorker"])
     ap.add_argument("--kill-after", type=int, default=2)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override of the run (repeatable): fewer workers for a smoke run")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="recovery_bench_"))
     steps = args.kill_after + 2
@@ -69,7 +71,7 @@ def main() -> None:
     name = "bench_rec"
     run = work / "runs" / name
     proc = subprocess.Popen([sys.executable, "-m", "embodied_rl.cli", "train", str(work / "rec.yaml"),
-                             f"runner.experiment_name={name}"], cwd=work, stdout=subprocess.PIPE,
+                             f"runner.experiment_name={name}", *args.set], cwd=work, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=dict(os.environ, WANDB_MODE="offline"))
     marker = run / "checkpoints" / f"global_step_{args.kill_after:08d}" / "meta.json"
     while not marker.is_file():

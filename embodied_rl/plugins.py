@@ -15,8 +15,10 @@ must be importable there, e.g. installed in the same environment or on PYTHONPAT
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
+import sys
 from collections.abc import Sequence
 
 from embodied_rl.errors import ConfigError, DuplicateRegistration
@@ -33,13 +35,22 @@ def load_plugins(modules: Sequence[str] = ()) -> list[str]:
     if not isinstance(modules, (list, tuple)) or not all(isinstance(m, str) and m for m in modules):
         raise ConfigError(f"plugins: expected a list of module names, got {modules!r}")
     imported = []
-    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if _import_once(entry.value.split(":")[0], f"entry point {entry.name!r} of group {ENTRY_POINT_GROUP}"):
-            imported.append(entry.value)
+    for name, module in _entry_point_modules(tuple(sys.path)):
+        if _import_once(module, f"entry point {name!r} of group {ENTRY_POINT_GROUP}"):
+            imported.append(module)
     for module in modules:
         if _import_once(module, f"plugins: module {module!r}"):
             imported.append(module)
     return imported
+
+
+@functools.lru_cache(maxsize=4)
+def _entry_point_modules(path: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """(entry name, module) of the plug-ins installed on this sys.path. Reading every installed
+    distribution's metadata took about half of a config load's time, and a process loads configs
+    many times; a distribution installed while it runs is seen by the next process."""
+    del path  # the cache key: what importlib.metadata scans
+    return tuple((e.name, e.value.split(":")[0]) for e in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
 
 
 def _import_once(module: str, where: str) -> bool:

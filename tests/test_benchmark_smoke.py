@@ -40,6 +40,10 @@ NO_VLLM = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="v
 SMALL_RECIPE = ("--set", "cluster.num_cpu_slots=1", "--set", "env.train.total_num_envs=4", "--set", "algorithm.rollout_epoch=1",
                 "--set", "actor.global_batch_size=20", "--set", "algorithm.update_epoch=1")
 
+# recovery.py's run (and start_up.py's groups) with one worker of each kind instead of 2 env
+# workers and 2 actor ranks.
+ONE_OF_EACH = ("--set", "cluster.component_placement.actor=0", "--set", "cluster.component_placement.env=0")
+
 
 @dataclass(frozen=True)
 class Smoke:
@@ -77,8 +81,9 @@ SMOKE: dict[str, Smoke] = {
                                  covered_by="tests/test_ppo_rgb_baseline.py::test_minimal_baseline_runs"),
     "process_start.py": Smoke(("--rounds", "1"), rf"config check: .* with the old imports: {NUM}x"),
     "reconfigure_reset.py": Smoke(("--resets", "1", "--rounds", "1"), rf"clustered / full: {NUM}x", (MANISKILL,)),
-    # --kill-after 2: the least with a normal step (step 2) to compare with; 4 steps, one restart
-    "recovery.py": Smoke(("--kill-after", "2"), rf"recovery / normal step: {NUM}x; restarts logged: 1", (MANISKILL,), timeout=1200),
+    # --kill-after 2: the least with a normal step (step 2) to compare with; 4 steps, one restart;
+    # one worker of each kind
+    "recovery.py": Smoke(("--kill-after", "2", *ONE_OF_EACH), rf"recovery / normal step: {NUM}x; restarts logged: 1", (MANISKILL,), timeout=1200),
     # --steps 0: the pictures only; its PPO phase is actor_micro_batch.py's run_recipe, smoked there
     "render_mesh.py": Smoke(("--pictures", "1", "--steps", "0"), rf"picture ratio: {NUM}x", (MANISKILL,)),
     "render_on_demand.py": Smoke(("--envs", "1", "--size", "32", "--max-steps", "8", "--chunks", "1", "--rounds", "1"),
@@ -88,7 +93,7 @@ SMOKE: dict[str, Smoke] = {
                                  env={"OMP_NUM_THREADS": "1"}),
     "side_by_side.py": Smoke(("--ours", "{side_by_side}/runs/ours", "--baseline", "{side_by_side}/ppo_rgb/results.json",
                               "--out", "{tmp}/side_by_side.png"), rf"\(ratio {NUM}\)(.|\n)*plot: "),
-    "start_up.py": Smoke(("--rounds", "1"), rf"\| ratio {NUM} \|", (MANISKILL,), timeout=900),
+    "start_up.py": Smoke(("--rounds", "1", *ONE_OF_EACH), rf"\| ratio {NUM} \|", (MANISKILL,), timeout=900),
     "subenv_start.py": Smoke(("--envs", "1", "--pools", "1", "--rounds", "1"), rf"all pools: baseline / preload = {NUM}x", (MANISKILL,)),
     "vllm_lora_host.py": Smoke(("--preset", "tiny", "--repeats", "1"), rf"host memory, whole policy / engine host: {NUM}x", (VLLM, NO_VLLM)),
     "weight_sync.py": Smoke(("--mb", "1", "--repeats", "1"), rf"driver route / reference route: {NUM}x"),

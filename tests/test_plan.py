@@ -145,3 +145,29 @@ def test_two_vllm_engines_on_one_gpu_are_refused_huggingface_rollouts_may_share(
     # Without GPUs, ranks are gloo processes and share CPU slots freely; collocated groups share a GPU.
     load_config("maniskill_ppo_tiny", ["cluster.component_placement={actor: 0-1:0-3, env: all, rollout: all}"], resources=Resources(1, 2, "cpu"))
     load_config("maniskill_ppo_tiny", resources=GPU_NODE)
+
+
+@pytest.fixture
+def demo_only_update():
+    """An update registered as a plug-in would register it: SFT's data under another name."""
+    from embodied_rl.workers.actor.updates import UPDATES
+    from embodied_rl.workers.actor.updates.sft import SFTUpdate
+
+    UPDATES.register("demo_only")(type("DemoOnly", (SFTUpdate,), {}))
+    yield "demo_only"
+    del UPDATES._items["demo_only"]
+
+
+def test_the_plan_asks_the_update_what_it_trains_on_not_its_name(demo_only_update: str) -> None:
+    """A plug-in update that learns from demos is planned like SFT (no env.train, no derived
+    batch), and the demo and critic keys are checked against what it trains, naming it."""
+    from embodied_rl.config.plan import training_rl, used_modes
+
+    cfg = load_config("maniskill_sft_tiny", [f"runner.paradigm={demo_only_update}"], skip=("sft_data",))
+    assert used_modes(cfg) == ("eval",) and not training_rl(cfg)
+    with pytest.raises(ConfigError, match=f"runner.paradigm={demo_only_update} learns from the demos alone; set bc_coef: 0"):
+        load_config("maniskill_sft_tiny", [f"runner.paradigm={demo_only_update}", "algorithm.bc_coef=0.1"])
+    with pytest.raises(ConfigError, match="warms up a critic"):
+        load_config("maniskill_sft_tiny", [f"runner.paradigm={demo_only_update}", "runner.critic_warmup=1"], skip=("sft_data",))
+    rl = load_config("maniskill_ppo_tiny")
+    assert used_modes(rl) == ("train", "eval") and training_rl(rl)

@@ -136,15 +136,22 @@ def _critic_warmup(cfg: RootConfig) -> None:
         raise ConfigError(f"runner.critic_warmup: must be >= 0, got {r.critic_warmup}")
     if r.critic_warmup == 0:
         return
-    if r.paradigm != "rl" or not cfg.algorithm.uses_critic:
+    if not _trains_critic(cfg):
         raise ConfigError(f"runner.critic_warmup={r.critic_warmup} warms up a critic, which only RL with adv_type gae or bi_level_gae trains; set it to 0")
     if r.critic_warmup >= r.max_steps:
         raise ConfigError(f"runner.critic_warmup={r.critic_warmup} leaves no policy update in runner.max_steps={r.max_steps}; lower it or raise max_steps")
 
+def _trains_critic(cfg: RootConfig) -> bool:
+    """Whether the run's update trains the algorithm's critic (the RL update with a critic-based adv_type)."""
+    from embodied_rl.workers.actor.updates import update_class
+
+    return update_class(cfg).trains_critic and cfg.algorithm.uses_critic
+
+
 @RULES.config_check
 def _bootstrap_type(cfg: RootConfig) -> None:
     a = cfg.algorithm
-    if a.bootstrap_type != "standard" and (cfg.runner.paradigm != "rl" or not a.uses_critic):
+    if a.bootstrap_type != "standard" and not _trains_critic(cfg):
         raise ConfigError(f"algorithm.bootstrap_type={a.bootstrap_type} changes how a critic's values continue a truncated episode; "
                           f"this run trains no critic (runner.paradigm={cfg.runner.paradigm}, adv_type {a.adv_type}): remove the key")
 

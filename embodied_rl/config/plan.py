@@ -61,9 +61,16 @@ def rollout_batch_size(cfg: RootConfig) -> int:
     return cfg.env.train.total_num_envs * chunk_steps_per_epoch(cfg, "train") * cfg.algorithm.rollout_epoch
 
 
+def rolls_out(cfg: RootConfig) -> bool:
+    """Whether the run's update trains on rollouts of env.train (RL; SFT learns from demos)."""
+    from embodied_rl.workers.actor.updates import update_class
+
+    return update_class(cfg).uses_rollouts
+
+
 def used_modes(cfg: RootConfig) -> tuple[str, ...]:
-    """The env configs a run steps: SFT learns from demonstrations, so it only evaluates."""
-    return ("eval",) if cfg.runner.only_eval or cfg.runner.paradigm == "sft" else MODES
+    """The env configs a run steps: an update without rollouts (SFT) only evaluates."""
+    return ("eval",) if cfg.runner.only_eval or not rolls_out(cfg) else MODES
 
 
 def first_mode(cfg: RootConfig, *, resuming: bool = False) -> str:
@@ -99,8 +106,8 @@ def may_restart(cfg: RootConfig, restarts: int) -> bool:
 
 
 def training_rl(cfg: RootConfig) -> bool:
-    """Whether the run trains with RL (not evaluation only, not SFT)."""
-    return not cfg.runner.only_eval and cfg.runner.paradigm == "rl"
+    """Whether the run trains on rollouts (not evaluation only, not SFT)."""
+    return not cfg.runner.only_eval and rolls_out(cfg)
 
 
 def vllm_memory_share(cfg: RootConfig, placement: Placement) -> float:
@@ -126,7 +133,7 @@ def plan_run(cfg: RootConfig, resources: Resources) -> RunPlan:
         if env_cfg.total_num_envs is None:
             env_cfg.total_num_envs = plan.env_workers * cfg.rollout.pipeline_stage_num * env_cfg.groups_per_stage * env_cfg.group_size
     a = cfg.actor
-    if a.global_batch_size is None and cfg.runner.paradigm == "rl" and cfg.env.train.total_num_envs > 0:
+    if a.global_batch_size is None and rolls_out(cfg) and cfg.env.train.total_num_envs > 0:
         a.global_batch_size = max(1, rollout_batch_size(cfg) // cfg.algorithm.n_minibatches)
     if a.micro_batch_size is None and "actor" in placement and a.global_batch_size is not None:
         a.micro_batch_size = max(1, a.global_batch_size // plan.actor_world_size)

@@ -19,20 +19,24 @@ RULES = RuleSet()
 def _sft_data(cfg: RootConfig) -> None:
     """Demonstrations: read by SFT and by RL with algorithm.bc_coef > 0, each directory checked
     against the policy and env.train."""
+    from embodied_rl.workers.actor.updates import update_class
+
     paths, r, bc = cfg.data.train_data_paths, cfg.runner, cfg.algorithm.bc_coef
-    if r.paradigm == "sft" and bc > 0:
-        raise ConfigError(f"algorithm.bc_coef={bc} adds behaviour cloning to RL, but runner.paradigm=sft is behaviour cloning alone; set bc_coef: 0")
-    if r.paradigm == "rl" and paths and not bc > 0:
+    on_demos = update_class(cfg).learns_from_demos
+    if on_demos and bc > 0:
+        raise ConfigError(f"algorithm.bc_coef={bc} adds behaviour cloning to RL, but runner.paradigm={r.paradigm} learns from the demos "
+                          "alone; set bc_coef: 0")
+    if not on_demos and paths and not bc > 0:
         raise ConfigError("data.train_data_paths is read by SFT, or by RL with algorithm.bc_coef > 0; set runner.paradigm=sft "
                           "(or `embodied-rl sft`), set algorithm.bc_coef (e.g. 0.1), or remove it")
-    if r.paradigm == "rl" and bc > 0 and not paths:
+    if not on_demos and bc > 0 and not paths:
         raise ConfigError(f"algorithm.bc_coef={bc} clones demonstrations, but data.train_data_paths is empty; "
                           "list demo directories recorded by `embodied-rl demos`, or set bc_coef: 0")
     if r.only_eval:
         return
-    if r.paradigm == "sft" and not paths:
-        raise ConfigError("runner.paradigm=sft needs data.train_data_paths: demo directories recorded by `embodied-rl demos`")
-    if r.paradigm == "sft" and cfg.actor.global_batch_size is None:
+    if on_demos and not paths:
+        raise ConfigError(f"runner.paradigm={r.paradigm} needs data.train_data_paths: demo directories recorded by `embodied-rl demos`")
+    if on_demos and cfg.actor.global_batch_size is None:
         raise ConfigError("actor.global_batch_size: SFT needs a number of demo samples per optimizer step (e.g. 64); null derives it from RL rollouts only")
     from embodied_rl.demos import DemoError
     from embodied_rl.demos.reader import check_demos_for

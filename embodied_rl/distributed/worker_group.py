@@ -30,6 +30,11 @@ from embodied_rl.distributed.traffic import TRAFFIC, payload_bytes
 from embodied_rl.errors import ConfigError, UserError
 
 log = logging.getLogger(__name__)
+# A Ray session of our own does not prestart one idle worker per CPU when the driver connects
+# (Ray's default, which also holds ray.init until they are up): every worker process of a run
+# carries the run tag in its runtime_env, which a prestarted default worker cannot serve, so they
+# only cost start-up time (benchmarks/start_up.py --compare prestart) and a process per core.
+RAY_SYSTEM_CONFIG: dict = {"prestart_worker_first_driver": False}
 
 
 class WorkerError(RuntimeError):
@@ -68,7 +73,7 @@ class RayCluster:
                 slots = num_cpu_slots or local_cpu_count()
                 # "local": a new Ray of our own, never a cluster some `ray start` left on this machine
                 context = ray.init(address="local", num_cpus=max(slots, local_cpu_count()), include_dashboard=False,
-                                   log_to_driver=True)
+                                   log_to_driver=True, _system_config=RAY_SYSTEM_CONFIG)
                 self.started_ray = True
             # Where the workers' own logs and tracebacks are; also how this run's Ray processes
             # are told apart from other sessions' (their command lines name it).

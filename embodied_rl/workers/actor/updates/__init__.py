@@ -20,6 +20,13 @@ if TYPE_CHECKING:
 class Update:
     #: The runner rolls out env.train before each step and passes the batch to `step`.
     uses_rollouts: ClassVar[bool] = True
+    #: The demos of data.train_data_paths are what it trains on (SFT): they are required, in
+    #: batches of actor.global_batch_size. Otherwise they are optional, read only for the
+    #: algorithm's behaviour-cloning term (algorithm.bc_coef > 0).
+    learns_from_demos: ClassVar[bool] = False
+    #: It trains the algorithm's critic (adv_type gae / bi_level_gae), so the critic's keys
+    #: (runner.critic_warmup, algorithm.bootstrap_type) act.
+    trains_critic: ClassVar[bool] = True
     #: The policy adopts the demos' normalisation statistics (SFT); otherwise demos are binned
     #: with the policy's own (RL's BC term).
     adopts_demo_statistics: ClassVar[bool] = False
@@ -52,6 +59,12 @@ class Update:
 
 
 UPDATES: Registry[type[Update]] = Registry("runner.paradigm")
+
+
+def update_class(cfg: Any) -> type[Update]:
+    """The Update class of the config's runner.paradigm (ConfigError naming the valid ones)."""
+    return UPDATES.get(cfg.runner.paradigm)
+
 
 from embodied_rl.workers.actor.updates import actor_critic, sft  # noqa: F401  (register the built-ins)
 

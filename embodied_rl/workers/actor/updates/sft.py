@@ -10,6 +10,8 @@ from embodied_rl.workers.actor.updates import UPDATES, Update
 @UPDATES.register("sft")
 class SFTUpdate(Update):
     uses_rollouts = False
+    learns_from_demos = True
+    trains_critic = False
     adopts_demo_statistics = True
     done_note = "SFT done; start RL from it with `embodied-rl export {checkpoint} DIR` and actor.model.model_path=DIR"
 
