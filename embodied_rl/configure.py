@@ -17,6 +17,7 @@ from embodied_rl.demos.checks import MissingDemosError
 from embodied_rl.distributed.resources import Resources
 from embodied_rl.envs.checks import RULES as ENV_RULES
 from embodied_rl.health.checks import RULES as HEALTH_RULES
+from embodied_rl.memory.checks import RULES as MEMORY_RULES
 from embodied_rl.models.checks import RULES as MODEL_RULES
 from embodied_rl.runtime.checks import RULES as CHECKPOINT_RULES
 from embodied_rl.runtime.checks import check_compare
@@ -26,7 +27,7 @@ from embodied_rl.workers.checks import RULES as WORKER_RULES
 
 #: In the order they run: the update's name first (the rules read its meaning), the env rules
 #: early, because they normalise init_params for the rest.
-RULE_SETS = (UPDATE_NAME_RULES, ALGORITHM_RULES, ENV_RULES, CONFIG_RULES, CHECKPOINT_RULES, MODEL_RULES, DEMO_RULES, WORKER_RULES, HEALTH_RULES, SINK_RULES)
+RULE_SETS = (UPDATE_NAME_RULES, ALGORITHM_RULES, ENV_RULES, CONFIG_RULES, CHECKPOINT_RULES, MODEL_RULES, DEMO_RULES, WORKER_RULES, HEALTH_RULES, SINK_RULES, MEMORY_RULES)
 
 
 def load_config(name_or_path: str = DEFAULT_EXPERIMENT, overrides: Sequence[str] = (), *,

@@ -25,8 +25,8 @@ def probe_algorithm(cfg: RootConfig, path: str) -> Any:
 def probe_plan(cfg: RootConfig, path: str) -> Any:
     """The runtime's pure planning (config/plan.py): placement, derived sizes, env split, the
     env modes a run steps and the worker groups it starts, the steps after which the training
-    loop evaluates and saves, whether it restarts after a worker death, and whether rollout computes reference log-probs (needs_reference,
-    as build_groups asks). The runner loop itself is not run: its resume and checkpoint keys
+    loop evaluates and saves, whether it restarts after a worker death, whether rollout computes reference log-probs (needs_reference,
+    as build_groups asks), and the memory plan with the device memory it is checked against. The runner loop itself is not run: its resume and checkpoint keys
     are live here only through their checks."""
     from embodied_rl.config.plan import (
         chunk_steps_per_epoch,
@@ -38,6 +38,7 @@ def probe_plan(cfg: RootConfig, path: str) -> Any:
         used_modes,
     )
     from embodied_rl.distributed.resources import detect_resources
+    from embodied_rl.memory.plan import memory_plan
     from embodied_rl.runtime.groups import needs_reference
     from embodied_rl.workers.env_worker import envs_per_worker, rollout_rank_of
 
@@ -49,6 +50,7 @@ def probe_plan(cfg: RootConfig, path: str) -> Any:
                            "batch": (cfg.actor.global_batch_size, cfg.actor.micro_batch_size)}
     out["rollout_of_env"] = [rollout_rank_of(e, n_env, n_roll) for e in range(n_env)]
     out["reference"] = needs_reference(cfg)
+    out["memory"] = memory_plan(cfg, plan).table()  # the forecast and the device memory it is held against
     out["modes"], out["components"] = used_modes(cfg), components(cfg)
     out["schedule"] = [(s, evaluates_after(cfg, s), saves_after(cfg, s)) for s in range(cfg.runner.max_steps + 1)]
     out["restarts"] = [may_restart(cfg, n) for n in range(4)]

@@ -16,7 +16,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("__init__", "registry", "plugins", "process_env", "timing", "moments"),
     ("distributed",),
     ("config",),
-    ("algorithms", "envs", "evaluation", "health", "sinks"),
+    ("algorithms", "envs", "evaluation", "health", "memory", "sinks"),
     ("models",),
     ("demos",),
     ("workers",),

@@ -150,12 +150,13 @@ def test_two_vllm_engines_on_one_gpu_are_refused_huggingface_rollouts_may_share(
 @pytest.fixture
 def demo_only_update():
     """An update registered as a plug-in would register it: SFT's data under another name."""
-    from embodied_rl.workers.actor.updates import UPDATES
+    from embodied_rl.config.paradigms import PARADIGMS
+    from embodied_rl.workers.actor.updates import UPDATES, register_update
     from embodied_rl.workers.actor.updates.sft import SFTUpdate
 
-    UPDATES.register("demo_only")(type("DemoOnly", (SFTUpdate,), {}))
+    register_update("demo_only")(type("DemoOnly", (SFTUpdate,), {}))
     yield "demo_only"
-    del UPDATES._items["demo_only"]
+    del UPDATES._items["demo_only"], PARADIGMS._items["demo_only"]
 
 
 def test_the_plan_asks_the_update_what_it_trains_on_not_its_name(demo_only_update: str) -> None:

@@ -143,9 +143,9 @@ def _critic_warmup(cfg: RootConfig) -> None:
 
 def _trains_critic(cfg: RootConfig) -> bool:
     """Whether the run's update trains the algorithm's critic (the RL update with a critic-based adv_type)."""
-    from embodied_rl.workers.actor.updates import update_class
+    from embodied_rl.config.paradigms import paradigm_of
 
-    return update_class(cfg).trains_critic and cfg.algorithm.uses_critic
+    return paradigm_of(cfg).trains_critic and cfg.algorithm.uses_critic
 
 
 @RULES.config_check

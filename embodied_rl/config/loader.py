@@ -272,7 +272,7 @@ def validate(data: dict[str, Any], rule_sets: Sequence[RuleSet], resources: Reso
     run_checks(rule_sets, cfg, skip)
     if plan:
         run_plan = plan_run(cfg, resources or detect_resources(cfg.cluster))
-        run_plan_checks(rule_sets, cfg, run_plan)
+        run_plan_checks(rule_sets, cfg, run_plan, skip)
     return cfg
 
 

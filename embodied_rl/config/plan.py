@@ -63,9 +63,9 @@ def rollout_batch_size(cfg: RootConfig) -> int:
 
 def rolls_out(cfg: RootConfig) -> bool:
     """Whether the run's update trains on rollouts of env.train (RL; SFT learns from demos)."""
-    from embodied_rl.workers.actor.updates import update_class
+    from embodied_rl.config.paradigms import paradigm_of
 
-    return update_class(cfg).uses_rollouts
+    return paradigm_of(cfg).uses_rollouts
 
 
 def used_modes(cfg: RootConfig) -> tuple[str, ...]:

@@ -19,10 +19,10 @@ RULES = RuleSet()
 def _sft_data(cfg: RootConfig) -> None:
     """Demonstrations: read by SFT and by RL with algorithm.bc_coef > 0, each directory checked
     against the policy and env.train."""
-    from embodied_rl.workers.actor.updates import update_class
+    from embodied_rl.config.paradigms import paradigm_of
 
     paths, r, bc = cfg.data.train_data_paths, cfg.runner, cfg.algorithm.bc_coef
-    on_demos = update_class(cfg).learns_from_demos
+    on_demos = paradigm_of(cfg).learns_from_demos
     if on_demos and bc > 0:
         raise ConfigError(f"algorithm.bc_coef={bc} adds behaviour cloning to RL, but runner.paradigm={r.paradigm} learns from the demos "
                           "alone; set bc_coef: 0")

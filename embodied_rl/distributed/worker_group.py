@@ -30,10 +30,7 @@ from embodied_rl.distributed.traffic import TRAFFIC, payload_bytes
 from embodied_rl.errors import ConfigError, UserError
 
 log = logging.getLogger(__name__)
-# A Ray session of our own does not prestart one idle worker per CPU when the driver connects
-# (Ray's default, which also holds ray.init until they are up): every worker process of a run
-# carries the run tag in its runtime_env, which a prestarted default worker cannot serve, so they
-# only cost start-up time (benchmarks/start_up.py --compare prestart) and a process per core.
+# No idle worker per CPU prestarted (Ray's default): ours carry a runtime_env those cannot serve.
 RAY_SYSTEM_CONFIG: dict = {"prestart_worker_first_driver": False}
 
 

@@ -95,7 +95,7 @@ class EmbodiedRunner(Evaluations):
 
                 self._use_statistics(sft_statistics(cfg))
             n = self.groups.actor.load_demos(self.dataset_statistics if adopt else None).wait()[0]
-            what = f"behaviour-cloning term (algorithm.bc_coef={cfg.algorithm.bc_coef:g})" if self.update.uses_rollouts else cfg.runner.paradigm.upper()
+            what = f"behaviour-cloning term (algorithm.bc_coef={cfg.algorithm.bc_coef:g})" if self.update.paradigm.uses_rollouts else cfg.runner.paradigm.upper()
             log.info("%s on %d demo samples from %s", what, n, ", ".join(cfg.data.train_data_paths))
         if resume_dir:
             self._resume(resume_dir, rollback=rollback)
@@ -251,7 +251,7 @@ class EmbodiedRunner(Evaluations):
     def _advance(self, logger: MetricsLogger, evaluations: list[Evaluation]) -> None:
         """One global step: train, then evaluate and checkpoint when due (the last step always
         checkpoints), then act on the step's health alarms."""
-        metrics = self.train_step() if self.update.uses_rollouts else self.own_data_step()
+        metrics = self.train_step() if self.update.paradigm.uses_rollouts else self.own_data_step()
         metrics["recovery/restarts"] = float(self.restarts)
         self.global_step += 1
         alarms = self.health.check(self.global_step, metrics)

@@ -100,6 +100,12 @@ class ModelConfig:
     def value_dim(self) -> int:
         return 1 if self.value_type == "chunk_level" else self.num_action_chunks
 
+    def parameter_counts(self) -> Any:
+        """The policy's parameter counts as configured (an embodied_rl.memory.params.ParamCounts:
+        total, trainable, the largest FSDP block), read without building it; None = not countable
+        (yet): the memory plan then forecasts nothing. A model type overrides it."""
+        return None
+
     @classmethod
     def variant(cls, data: Mapping[str, Any]) -> type[ModelConfig]:
         """The config class of the model type named in `data` (the loader builds this one)."""

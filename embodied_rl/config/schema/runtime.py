@@ -24,6 +24,7 @@ class ClusterConfig:
         metadata={"merge": "replace", "help": "Mapping 'component[,component...]' -> ranks: 'all', '3', '0,2', '0-3', '0-3,5'; 'ranks:processes' (e.g. '0-1:0-3') runs more processes than slots. Ranks are GPUs (CPU worker slots on a machine without GPUs). A config that sets it replaces the default mapping as a whole."},
     )
     address: str | None = field(default=None, metadata={"help": "Ray address of an existing cluster (e.g. 10.0.0.1:6379); null = $RAY_ADDRESS if set, else start Ray locally."})
+    device_memory_gb: float | None = field(default=None, metadata={"help": "Memory of one device in GiB for the memory plan checked before start (`embodied-rl plan`): a GPU's on GPU nodes, a node's RAM on CPU nodes; null = read from this machine. Set it to plan for a machine you are not on."})
     num_cpu_slots: int | None = field(default=None, metadata={"help": "On nodes without GPUs: worker slots per node that placement ranks refer to (processes on one slot share one CPU); null = the node's CPU count."})
 
 

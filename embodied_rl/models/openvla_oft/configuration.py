@@ -6,12 +6,16 @@ The keys stay flat in `actor.model` (RLinf's layout); the loader builds this cla
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from embodied_rl.config.schema.model import (
     ModelConfig,
     model_key_error,
     register_model_config,
 )
+
+if TYPE_CHECKING:
+    from embodied_rl.memory.params import ParamCounts
 
 # Every linear layer of the two ViTs, the projector and the Llama-style LLM, plus lm_head.
 LORA_TARGETS = ["proj", "qkv", "fc1", "fc2", "q", "kv", "fc3", "out_proj", "q_proj", "k_proj", "v_proj", "o_proj",
@@ -38,3 +42,8 @@ class OpenVLAOFTConfig(ModelConfig):
             raise model_key_error("action_bin_window", f"must be in [0, 255] bins (0: no window), got {self.action_bin_window}")
         if not self.lora_target_modules:
             raise model_key_error("lora_target_modules", "must name at least one module")
+
+    def parameter_counts(self) -> ParamCounts | None:
+        from embodied_rl.models.openvla_oft.size import parameter_counts
+
+        return parameter_counts(self)

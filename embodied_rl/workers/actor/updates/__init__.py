@@ -2,14 +2,16 @@
 
 An update is a class built as `cls(cfg, engine)` on every actor rank after the engine's set-up
 (workers/actor/engine.py: the sharded policy, optimizer, gradient sync, collectives). It says
-where its data comes from (`uses_rollouts`: the runner rolls out env.train and hands it the
-batch; otherwise it holds what it trains on, e.g. demos) and implements `step`. Adding one is a
-module here (or in a plug-in) with a class registered in `UPDATES`.
+what it trains on (`paradigm`: rollouts of env.train handed to it by the runner, or demos it
+holds, and whether it trains the critic) and implements `step`. Adding one is a module here (or
+in a plug-in) with a class registered by `register_update`.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from embodied_rl.config.paradigms import PARADIGMS, RL, Paradigm
 from embodied_rl.registry import Registry
 
 if TYPE_CHECKING:
@@ -18,15 +20,9 @@ if TYPE_CHECKING:
 
 
 class Update:
-    #: The runner rolls out env.train before each step and passes the batch to `step`.
-    uses_rollouts: ClassVar[bool] = True
-    #: The demos of data.train_data_paths are what it trains on (SFT): they are required, in
-    #: batches of actor.global_batch_size. Otherwise they are optional, read only for the
-    #: algorithm's behaviour-cloning term (algorithm.bc_coef > 0).
-    learns_from_demos: ClassVar[bool] = False
-    #: It trains the algorithm's critic (adv_type gae / bi_level_gae), so the critic's keys
-    #: (runner.critic_warmup, algorithm.bootstrap_type) act.
-    trains_critic: ClassVar[bool] = True
+    #: What it trains on (rollouts, demos, a critic): read by the plan and the config rules,
+    #: which look the traits up by name in config.paradigms.PARADIGMS (register_update).
+    paradigm: ClassVar[Paradigm] = RL
     #: The policy adopts the demos' normalisation statistics (SFT); otherwise demos are binned
     #: with the policy's own (RL's BC term).
     adopts_demo_statistics: ClassVar[bool] = False
@@ -61,9 +57,13 @@ class Update:
 UPDATES: Registry[type[Update]] = Registry("runner.paradigm")
 
 
-def update_class(cfg: Any) -> type[Update]:
-    """The Update class of the config's runner.paradigm (ConfigError naming the valid ones)."""
-    return UPDATES.get(cfg.runner.paradigm)
+def register_update(name: str) -> Callable[[type[Update]], type[Update]]:
+    """Register an Update class under `name` (runner.paradigm) with its traits (cls.paradigm)."""
+    def deco(cls: type[Update]) -> type[Update]:
+        PARADIGMS.register(name)(cls.paradigm)
+        return UPDATES.register(name)(cls)
+
+    return deco
 
 
 from embodied_rl.workers.actor.updates import actor_critic, sft  # noqa: F401  (register the built-ins)

@@ -21,7 +21,7 @@ from embodied_rl.workers.actor.updates import UPDATES, Update
 from embodied_rl.workers.actor.value_replay import ValueReplay
 
 
-@UPDATES.register("rl")
+@UPDATES.register("rl")  # its traits, config.paradigms.RL, are registered there
 class ActorCriticUpdate(Update):
     def __init__(self, cfg: Any, engine: TrainEngine) -> None:
         super().__init__(cfg, engine)

@@ -3,15 +3,14 @@ from __future__ import annotations
 
 import math
 
+from embodied_rl.config.paradigms import SFT
 from embodied_rl.workers.actor.engine import CRITIC_GROUP
 from embodied_rl.workers.actor.updates import UPDATES, Update
 
 
-@UPDATES.register("sft")
+@UPDATES.register("sft")  # its traits, config.paradigms.SFT, are registered there
 class SFTUpdate(Update):
-    uses_rollouts = False
-    learns_from_demos = True
-    trains_critic = False
+    paradigm = SFT
     adopts_demo_statistics = True
     done_note = "SFT done; start RL from it with `embodied-rl export {checkpoint} DIR` and actor.model.model_path=DIR"
 

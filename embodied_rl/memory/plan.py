@@ -1,0 +1,177 @@
+"""Memory a run needs per device, forecast from the config before anything starts.
+
+What is forecast is each process's model state, exact in parameter counts (ParamCounts, from the
+checkpoint's headers): an actor rank's fp32 master weights, gradients and Adam state per FSDP
+shard, the all-gather working set of its compute dtype, and a rollout worker's policy copy and KL
+reference. Activations, the Python/torch runtime of each process and the simulators are not
+forecast yet, so the plan is a lower bound: a run whose model states alone exceed a device's
+memory cannot fit, and is refused before Ray starts; one under it may still run out.
+
+Devices: each GPU on GPU nodes (the processes placed on its slot); on CPU nodes, each node's
+memory, shared by all its slots' processes. Capacity: `cluster.device_memory_gb` when set (to plan
+for a machine you are not on), else read from this machine (a GPU's total memory, or RAM).
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from embodied_rl.errors import ConfigError
+from embodied_rl.memory.params import ParamCounts
+
+if TYPE_CHECKING:
+    from embodied_rl.config.plan import RunPlan
+    from embodied_rl.config.schema import RootConfig
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+MASTER_BYTES = 4  # the actor keeps fp32 master weights, gradients and optimizer state
+ADAM_STATES = 2  # exp_avg and exp_avg_sq per trainable parameter
+GIB = 1024 ** 3
+
+
+@dataclass(frozen=True)
+class ProcessForecast:
+    """One process's forecast bytes by term; `host`: terms offloaded to CPU memory (FSDP cpu_offload)."""
+    component: str
+    rank: int
+    device: str
+    terms: dict[str, int]
+    host: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.terms.values())
+
+
+def _shard_factor(strategy: str, world: int) -> int:
+    return 1 if strategy == "no_shard" else world
+
+
+def actor_terms(counts: ParamCounts, *, world: int, strategy: str, param_dtype: str) -> dict[str, int]:
+    """Model-state bytes of one actor rank (FSDP2): master weights, gradients and Adam state
+    sharded over `world` ranks (replicated with no_shard), and the parameters gathered in the
+    compute dtype: the block in use and the one prefetched (full_shard), or the whole model kept
+    gathered between forward and backward (shard_grad_op, and no_shard in a compute dtype other
+    than fp32)."""
+    shard = _shard_factor(strategy, world)
+    b = DTYPE_BYTES[param_dtype]
+    if strategy == "full_shard":
+        gathered = 2 * counts.largest_unit * b
+    elif strategy == "shard_grad_op" or param_dtype != "fp32":
+        gathered = counts.total * b
+    else:
+        gathered = 0
+    return {"weights": math.ceil(counts.total * MASTER_BYTES / shard),
+            "gradients": math.ceil(counts.trainable * MASTER_BYTES / shard),
+            "optimizer": math.ceil(ADAM_STATES * counts.trainable * MASTER_BYTES / shard),
+            "gathered": gathered}
+
+
+def rollout_terms(counts: ParamCounts, *, precision: str, separate_reference: bool) -> dict[str, int]:
+    """A rollout worker's policy in `precision`, and a frozen reference copy (without the value
+    head) where the KL reference cannot share the policy's weights (no LoRA)."""
+    b = DTYPE_BYTES[precision]
+    terms = {"policy": counts.total * b}
+    if separate_reference:
+        terms["kl_reference"] = (counts.total - counts.groups.get("value_head", 0)) * b
+    return terms
+
+
+def device_capacity(cfg: RootConfig, accelerator: str) -> tuple[int | None, str]:
+    """(bytes, where the number comes from); None when it cannot be read here."""
+    if cfg.cluster.device_memory_gb is not None:
+        return int(cfg.cluster.device_memory_gb * GIB), "cluster.device_memory_gb"
+    if accelerator == "gpu":
+        import torch
+
+        if not torch.cuda.is_available():
+            return None, "no GPU visible to this process; set cluster.device_memory_gb"
+        return int(torch.cuda.get_device_properties(0).total_memory), "GPU 0 of this machine"
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine's RAM"
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:.3g}"
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    processes: list[ProcessForecast]
+    capacity: int | None
+    capacity_source: str
+    notes: list[str]
+
+    def per_device(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for p in self.processes:
+            out[p.device] = out.get(p.device, 0) + p.total
+        return out
+
+    def table(self) -> str:
+        """The plan as text: per process its terms, per device the sum against the capacity."""
+        gib = _gib
+        lines = ["process          device     " + "forecast GiB (lower bound: model states)"]
+        for p in self.processes:
+            terms = ", ".join(f"{k} {gib(v)}" for k, v in p.terms.items())
+            host = f"; offloaded to host: {', '.join(f'{k} {gib(v)}' for k, v in p.host.items())}" if p.host else ""
+            lines.append(f"{p.component + ' ' + str(p.rank):<16} {p.device:<10} {gib(p.total)} ({terms}{host})")
+        cap = f"{gib(self.capacity)} GiB ({self.capacity_source})" if self.capacity else f"unknown ({self.capacity_source})"
+        for device, total in self.per_device().items():
+            lines.append(f"{device}: {gib(total)} GiB of {cap}")
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def memory_plan(cfg: RootConfig, plan: RunPlan) -> MemoryPlan:
+    """The forecast for a resolved config on the plan's slots."""
+    from embodied_rl.config.plan import training_rl
+
+    notes: list[str] = ["activations, each process's runtime and the simulators are not forecast"]
+    counts = cfg.actor.model.parameter_counts()
+    capacity, source = device_capacity(cfg, plan.resources.accelerator)
+    if counts is None:
+        notes.insert(0, f"actor.model.model_path={cfg.actor.model.model_path}: no checkpoint to count yet (model_type "
+                        f"{cfg.actor.model.model_type}; created at start from create_preset, or not countable): nothing forecast")
+        return MemoryPlan([], capacity, source, notes)
+    gpu = plan.resources.accelerator == "gpu"
+    per_node = plan.resources.slots_per_node
+
+    def device_of(slot: int) -> str:
+        return f"GPU {slot}" if gpu else f"node {slot // per_node}"
+
+    processes: list[ProcessForecast] = []
+    fsdp = cfg.actor.fsdp_config
+    if "actor" in plan.placement and not cfg.runner.only_eval:
+        slots = plan.placement["actor"].process_slots
+        terms = actor_terms(counts, world=len(slots), strategy=fsdp.sharding_strategy, param_dtype=fsdp.mixed_precision.param_dtype)
+        host = {}
+        if fsdp.cpu_offload and gpu:
+            host = {k: terms.pop(k) for k in ("weights", "gradients", "optimizer")}
+        processes += [ProcessForecast("actor", r, device_of(s), dict(terms), host) for r, s in enumerate(slots)]
+    if "rollout" in plan.placement:
+        separate = training_rl(cfg) and (cfg.algorithm.kl_beta > 0 or cfg.algorithm.use_kl_loss) and not cfg.actor.model.is_lora
+        terms = rollout_terms(counts, precision=cfg.actor.model.precision, separate_reference=separate)
+        processes += [ProcessForecast("rollout", r, device_of(s), dict(terms))
+                      for r, s in enumerate(plan.placement["rollout"].process_slots)]
+    return MemoryPlan(processes, capacity, source, notes)
+
+
+def check_fits(mp: MemoryPlan) -> None:
+    """ConfigError naming the fullest device, its forecast and largest terms, when a device's
+    forecast lower bound exceeds its capacity."""
+    if mp.capacity is None:
+        return
+    for device, total in sorted(mp.per_device().items(), key=lambda kv: -kv[1]):
+        if total <= mp.capacity:
+            return
+        terms: dict[str, int] = {}
+        for p in mp.processes:
+            if p.device == device:
+                for k, v in p.terms.items():
+                    terms[f"{p.component} {k}"] = terms.get(f"{p.component} {k}", 0) + v
+        top = ", ".join(f"{k} {_gib(v)}" for k, v in sorted(terms.items(), key=lambda kv: -kv[1])[:3])
+        raise ConfigError(f"{device} needs at least {_gib(total)} GiB for model states alone ({top} GiB), more than its "
+                          f"{_gib(mp.capacity)} GiB ({mp.capacity_source}); use LoRA (actor.model.is_lora), bf16, more actor ranks "
+                          "to shard over, actor.fsdp_config.cpu_offload, or a larger device (`embodied-rl plan` shows the table)")

@@ -1,0 +1,107 @@
+"""The memory plan (embodied_rl/memory): parameter counts read from checkpoint headers against the
+built policy (LoRA against peft's own count), the per-rank arithmetic against hand-computed cases,
+and a config that cannot fit refused before anything starts."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from embodied_rl.configure import load_config
+from embodied_rl.errors import ConfigError
+from embodied_rl.memory.params import (
+    ParamCounts,
+    checkpoint_shapes,
+    lora_parameter_count,
+    numel,
+)
+from embodied_rl.memory.plan import (
+    GIB,
+    actor_terms,
+    check_fits,
+    memory_plan,
+    rollout_terms,
+)
+from tests.cli_runs import run_cli, run_cli_failing
+
+SFT = Path(__file__).resolve().parents[1] / "models" / "tiny-oft-push-cube-sft"
+# The main job's model settings (value head on 36 privileged values), then one change each.
+CHANGES = [{}, {"is_lora": True, "lora_rank": 4}, {"add_value_head": False}, {"value_input": "hidden", "privileged_state_dim": None},
+           {"use_proprio": True, "proprio_dim": 9}, {"is_lora": True, "lora_rank": 8, "use_proprio": True, "proprio_dim": 9}]
+
+
+@pytest.mark.parametrize("change", CHANGES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()) or "recipe")
+def test_counts_from_the_headers_match_the_built_policy(change: dict) -> None:
+    from embodied_rl.models.registry import build_policy
+
+    cfg = dataclasses.replace(load_config("maniskill_ppo_from_sft", plan=False).actor.model, **change)
+    policy = build_policy(cfg, warn_untrained_value_head=False)
+    counts = cfg.parameter_counts()
+    assert counts is not None
+    params = list(policy.parameters())
+    assert counts.total == sum(p.numel() for p in params)
+    assert counts.trainable == sum(p.numel() for p in params if p.requires_grad)  # under LoRA: peft's adapters + the heads
+    assert sum(counts.groups.values()) == counts.total
+
+
+def test_a_missing_checkpoint_is_not_counted(tmp_path: Path) -> None:
+    cfg = load_config("maniskill_ppo_tiny", [f"actor.model.model_path={tmp_path / 'not_yet'}"], plan=False)
+    assert cfg.actor.model.parameter_counts() is None
+
+
+def test_sharded_checkpoints_and_lora_shapes(tmp_path: Path) -> None:
+    save_file({"a.layers.0.q_proj.weight": torch.zeros(6, 4), "a.layers.0.norm.weight": torch.zeros(4)}, tmp_path / "s1.safetensors")
+    save_file({"a.layers.1.q_proj.weight": torch.zeros(6, 4), "b.patch.proj.weight": torch.zeros(8, 3, 2, 2)}, tmp_path / "s2.safetensors")
+    weight_map = {"a.layers.0.q_proj.weight": "s1.safetensors", "a.layers.0.norm.weight": "s1.safetensors",
+                  "a.layers.1.q_proj.weight": "s2.safetensors", "b.patch.proj.weight": "s2.safetensors"}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    shapes = checkpoint_shapes(tmp_path)
+    assert shapes is not None and numel(shapes) == 24 + 4 + 24 + 96
+    # r x (in + out) per linear, r x in x kh x kw + out x r per convolution; 'proj' is not 'q_proj'
+    assert lora_parameter_count(shapes, ["q_proj"], 2) == 2 * 2 * (4 + 6)
+    assert lora_parameter_count(shapes, ["proj"], 2) == 2 * 3 * 2 * 2 + 8 * 2
+
+
+def test_actor_and_rollout_terms_by_hand() -> None:
+    c = ParamCounts(total=1000, trainable=100, largest_unit=50, groups={"core": 900, "value_head": 100})
+    # fp32 master weights, gradients and 2 Adam states sharded over 4 ranks; bf16 gathered: 2 blocks
+    assert actor_terms(c, world=4, strategy="full_shard", param_dtype="bf16") == {
+        "weights": 1000, "gradients": 100, "optimizer": 200, "gathered": 2 * 50 * 2}
+    # shard_grad_op keeps the whole model gathered from forward to backward
+    assert actor_terms(c, world=2, strategy="shard_grad_op", param_dtype="fp32") == {
+        "weights": 2000, "gradients": 200, "optimizer": 400, "gathered": 4000}
+    # no_shard replicates; in fp32 it computes on the master weights themselves
+    assert actor_terms(c, world=2, strategy="no_shard", param_dtype="fp32") == {
+        "weights": 4000, "gradients": 400, "optimizer": 800, "gathered": 0}
+    assert rollout_terms(c, precision="bf16", separate_reference=True) == {"policy": 2000, "kl_reference": 1800}
+
+
+def test_the_plan_sums_each_device_and_names_the_largest_terms() -> None:
+    cfg = load_config("maniskill_ppo_from_sft", ["cluster.device_memory_gb=64"])
+    from embodied_rl.config.plan import plan_run
+    from embodied_rl.distributed.resources import Resources
+
+    mp = memory_plan(cfg, plan_run(cfg, Resources(num_nodes=1, slots_per_node=2, accelerator="cpu")))
+    assert [(p.component, p.device) for p in mp.processes] == [("actor", "node 0"), ("actor", "node 0"), ("rollout", "node 0"),
+                                                                ("rollout", "node 0")]
+    assert mp.capacity == 64 * GIB and "node 0: " in mp.table()
+    check_fits(mp)
+    small = dataclasses.replace(mp, capacity=mp.per_device()["node 0"] - 1)
+    with pytest.raises(ConfigError, match=r"^node 0 needs at least .* GiB for model states alone \(actor optimizer .*\), more than its"):
+        check_fits(small)
+
+
+def test_a_config_that_cannot_fit_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    proc = run_cli_failing("train", "maniskill_ppo_from_sft", "cluster.device_memory_gb=0.001", cwd=tmp_path)
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "node 0 needs at least" in lines[0] and "(cluster.device_memory_gb)" in lines[0]
+    assert not (tmp_path / "runs").exists() and "ray session" not in proc.stdout + proc.stderr
+    shown = run_cli("plan", "maniskill_ppo_from_sft", cwd=tmp_path)
+    assert "actor 0" in shown.stdout and "rollout 0" in shown.stdout and "fits: " in shown.stdout
+    refused = run_cli_failing("plan", "maniskill_ppo_from_sft", "cluster.device_memory_gb=0.001", cwd=tmp_path)
+    assert refused.returncode == 2 and "actor 0" in refused.stdout  # the table, then the one-line refusal
