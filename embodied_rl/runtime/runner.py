@@ -218,6 +218,9 @@ class EmbodiedRunner(Evaluations):
                     if first_eval and not evaluations:
                         evaluations.append((0, *self._evaluate(episodes=self._pairs_evaluations)))
                         logger.log(0, evaluations[-1][1], counts=False)
+                        # the start policy competes for checkpoints/best: a run that only gets worse leaves it
+                        if self.health.new_best(0, evaluations[-1][1]["eval/success_once"]):
+                            self._keep_best(evaluations[-1][1]["eval/success_once"])
                     if self.global_step >= cfg.max_steps:
                         break
                     self._advance(logger, evaluations)
