@@ -8,8 +8,10 @@ checkpoint from before the failure's onset with the learning rates lowered.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,8 @@ from embodied_rl.config.schema.runtime import RunnerConfig
 from embodied_rl.health import Alarm, HealthWatch
 from embodied_rl.health.watch import metrics_of
 from embodied_rl.runtime import checkpoint as ckpt
+
+log = logging.getLogger(__name__)
 
 HEALTH_FILE = "health.jsonl"
 BEST = "best"
@@ -79,6 +83,13 @@ class HealthKeeper:
 
     def stopped(self, step: int, reason: str) -> None:
         self._record({"event": "stop", "step": step, "reason": reason})
+
+    def offer_best(self, run_dir: Path, step: int, success: float, checkpoint: Callable[[], Path]) -> None:
+        """An evaluation that beats every earlier one (the one before training included) makes its
+        step's checkpoint (`checkpoint()`, saving it if need be) checkpoints/best."""
+        if self.new_best(step, success):
+            best = keep_best(run_dir, checkpoint(), {"global_step": step, "eval/success_once": success})
+            log.info("best evaluation so far (success %.3f at step %d): %s", success, step, best)
 
     def new_best(self, step: int, success: float) -> bool:
         """runner.save_best: whether an evaluation beats every earlier one (its checkpoint then

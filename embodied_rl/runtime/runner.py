@@ -42,7 +42,6 @@ from embodied_rl.runtime.groups import Groups, build_groups
 from embodied_rl.runtime.health_keeper import (
     HealthKeeper,
     HealthStop,
-    keep_best,
     set_aside_after,
 )
 from embodied_rl.runtime.metrics_logger import MetricsLogger
@@ -218,9 +217,7 @@ class EmbodiedRunner(Evaluations):
                     if first_eval and not evaluations:
                         evaluations.append((0, *self._evaluate(episodes=self._pairs_evaluations)))
                         logger.log(0, evaluations[-1][1], counts=False)
-                        # the start policy competes for checkpoints/best: a run that only gets worse leaves it
-                        if self.health.new_best(0, evaluations[-1][1]["eval/success_once"]):
-                            self._keep_best(evaluations[-1][1]["eval/success_once"])
+                        self._offer_best(evaluations[-1][1])  # the start too: a run that only gets worse leaves it
                     if self.global_step >= cfg.max_steps:
                         break
                     self._advance(logger, evaluations)
@@ -267,20 +264,19 @@ class EmbodiedRunner(Evaluations):
             logger.note(alarm.line())
         if saves_after(self.cfg, self.global_step) or self.global_step == self.cfg.runner.max_steps:
             self.save()
-        if evaluated and self.health.new_best(self.global_step, metrics["eval/success_once"]):
-            self._keep_best(metrics["eval/success_once"])
+        if evaluated:
+            self._offer_best(metrics)
         verdict = self.health.verdict(alarms)
         if verdict.rollback_to is not None:
             self._rollback(verdict.rollback_to, logger, evaluations)
         elif verdict.stop is not None:
             raise HealthStop(verdict.stop)
 
-    def _keep_best(self, success: float) -> None:
-        """runner.save_best: this step's checkpoint becomes checkpoints/best."""
-        if not (self.saved and self.saved[0] == self.global_step):
-            self.save()
-        best = keep_best(self.run_dir, self.saved[1], {"global_step": self.global_step, "eval/success_once": success})
-        log.info("best evaluation so far (success %.3f at step %d): %s", success, self.global_step, best)
+    def _offer_best(self, metrics: dict[str, float]) -> None:
+        self.health.offer_best(self.run_dir, self.global_step, metrics["eval/success_once"], self._checkpoint_now)
+
+    def _checkpoint_now(self) -> Path:
+        return self.saved[1] if self.saved and self.saved[0] == self.global_step else self.save()
 
     def _rollback(self, path: Path, logger: MetricsLogger, evaluations: list[Evaluation]) -> None:
         """Back to checkpoint `path` with the learning rates lowered (runner.health); the steps
