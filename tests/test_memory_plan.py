@@ -105,3 +105,7 @@ def test_a_config_that_cannot_fit_is_refused_before_anything_starts(tmp_path: Pa
     assert "actor 0" in shown.stdout and "rollout 0" in shown.stdout and "fits: " in shown.stdout
     refused = run_cli_failing("plan", "maniskill_ppo_from_sft", "cluster.device_memory_gb=0.001", cwd=tmp_path)
     assert refused.returncode == 2 and "actor 0" in refused.stdout  # the table, then the one-line refusal
+    # a model create_preset has not made yet, and SFT demos not recorded yet: said, nothing claimed
+    unknown = run_cli("plan", "maniskill_sft_tiny", cwd=tmp_path)
+    assert "no checkpoint to count yet" in unknown.stdout and "not checked: nothing forecast" in unknown.stdout
+    assert "note: data.train_data_paths[0]" in unknown.stderr

@@ -141,14 +141,19 @@ def eval_cmd(ns: argparse.Namespace) -> int | None:
 @command("plan", "print the memory plan of a config per device, and whether it fits (same arguments as train)", add_config_args)
 def plan_cmd(ns: argparse.Namespace) -> int | None:
     from embodied_rl.config.plan import plan_run
+    from embodied_rl.demos.checks import MissingDemosError
     from embodied_rl.distributed.resources import detect_resources
     from embodied_rl.memory.plan import check_fits, memory_plan
 
-    cfg = _load(ns, skip=("fits",))  # the table is printed for a config that does not fit, too
+    try:
+        cfg = _load(ns, skip=("fits",))  # the table is printed for a config that does not fit, too
+    except MissingDemosError as err:  # as print-config: demos not recorded yet do not change the plan
+        cfg = _load(ns, skip=("fits", "sft_data"))
+        print(f"note: {err}", file=sys.stderr)
     forecast = memory_plan(cfg, plan_run(cfg, detect_resources(cfg.cluster)))
     print(forecast.table())
     check_fits(forecast)  # a ConfigError: one line, exit 2, as at the start of a run
-    print("fits: every device's forecast is within its memory")
+    print("fits: every device's forecast is within its memory" if forecast.processes else "not checked: nothing forecast")
     return 0
 
 
