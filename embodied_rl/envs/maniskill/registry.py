@@ -2,8 +2,11 @@
 uids, the control modes of a robot, the camera names of a task and robot. The config rules check
 `init_params` against them before anything starts (envs/checks.py).
 
-Importing `mani_skill.envs` (which fills the task registry) costs a few seconds of CPU, so this
-module imports it only when a ManiSkill env config is checked. Control modes and cameras are
+Importing `mani_skill.envs` (which fills the task registry) costs ~3 s of CPU, paid by every
+command that checks a ManiSkill config (print-config, train, eval, plan). The answers are
+therefore kept in a per-user cache file (`RegistryCache`), valid while the installed ManiSkill
+files and this module stay unchanged; a name the cache does not know is looked up in the live
+registries (a plug-in may register tasks), so the cache never refuses a valid name. Control modes and cameras are
 declared by properties written for a built robot and scene; they are read here as far as that
 works without one (see each function), and left unchecked where it does not: the running
 simulator still checks them when the env is made (make.py).
@@ -11,9 +14,16 @@ simulator still checks them when the env is made (make.py).
 from __future__ import annotations
 
 import ast
+import hashlib
+import importlib.util
 import inspect
+import json
+import os
+import sys
 import textwrap
+from collections.abc import Callable
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from embodied_rl.config.typecheck import not_in_set
@@ -37,12 +47,76 @@ def _registries() -> tuple[dict[str, Any], dict[str, Any]]:
     return REGISTERED_ENVS, REGISTERED_AGENTS
 
 
-def task_ids() -> list[str]:
-    return sorted(_registries()[0])
+def _fingerprint() -> str | None:
+    """Identity of what the cached answers were read from: the mani_skill files that define tasks
+    and robots (paths, sizes, mtimes) and this module. None where mani_skill is not installed."""
+    spec = importlib.util.find_spec("mani_skill")  # locates the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(next(iter(spec.submodule_search_locations)))
+    files = [root / "utils" / "registration.py", Path(__file__)]
+    for sub in ("envs", "agents"):
+        for dirpath, dirnames, filenames in os.walk(root / sub):
+            dirnames.sort()
+            files += [Path(dirpath) / f for f in sorted(filenames) if f.endswith(".py")]
+    stats = [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file()]
+    return hashlib.sha256(repr(stats).encode()).hexdigest()[:32]
 
 
-def robot_uids() -> list[str]:
-    return sorted(_registries()[1])
+class RegistryCache:
+    """Answers read from ManiSkill's registries, kept in `path` across processes. An answer is
+    computed (importing ManiSkill) on its first request and stored; the file is dropped as a whole
+    when the fingerprint changes. Several processes may write it: each replaces it atomically
+    with what it knows, so an entry is at worst computed again."""
+
+    def __init__(self, path: Path, fingerprint: str | None) -> None:
+        self.path, self.fingerprint = path, fingerprint
+        self.facts: dict[str, Any] = {}
+        if fingerprint is None:
+            return
+        try:
+            stored = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return
+        if isinstance(stored, dict) and stored.get("fingerprint") == fingerprint and isinstance(stored.get("facts"), dict):
+            self.facts = stored["facts"]
+
+    def get(self, key: str, compute: Callable[[], Any]) -> Any:
+        if key in self.facts and "mani_skill.envs" not in sys.modules:
+            return self.facts[key]
+        value = compute()  # imported already, the live answer is free
+        if self.fingerprint is not None and (key not in self.facts or self.facts[key] != value):
+            self.facts[key] = value
+            self._write()
+        return value
+
+    def _write(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"fingerprint": self.fingerprint, "facts": self.facts}, sort_keys=True))
+            os.replace(tmp, self.path)
+        except OSError:  # a read-only home only costs the next process the import
+            pass
+
+
+@cache
+def _cache() -> RegistryCache:
+    from embodied_rl.process_env import embodied_rl_home
+
+    return RegistryCache(embodied_rl_home() / "maniskill_registry.json", _fingerprint())
+
+
+def _builtin(registry: dict[str, Any], attr: str) -> list[str]:
+    """The names ManiSkill itself registers (a plug-in's are left to the live registry)."""
+    return sorted(k for k, spec in registry.items() if getattr(spec, attr).__module__.startswith("mani_skill."))
+
+
+def _known(key: str, name: str, index: int, attr: str) -> list[str]:
+    """ManiSkill's own task ids (key "tasks") or robot uids ("robots") from the cache when they
+    hold `name`; else every registered one, live, so the cache never refuses a plug-in's name."""
+    cached = _cache().get(key, lambda: _builtin(_registries()[index], attr))
+    return cached if name in cached else sorted(_registries()[index])
 
 
 def default_robot(task_id: str) -> str | None:
@@ -92,6 +166,10 @@ def _declared_modes(agent_cls: type) -> tuple[str, ...] | None:
         return None
 
 
+def _listed(names: tuple[str, ...] | None) -> list[str] | None:
+    return None if names is None else list(names)
+
+
 @cache
 def camera_names(task_id: str, robot: str | None) -> tuple[str, ...] | None:
     """The sensors of a task with a robot: the `CameraConfig` uids in the task class's
@@ -133,17 +211,21 @@ def _literal_camera_uids(cls: type, prop: str) -> set[str] | None:
 def check_names(params: ManiSkillParams, key: str) -> None:
     """init_params' task id, robot, control mode and cameras against ManiSkill's registries;
     `key` is the section's init_params path (env.train.init_params)."""
-    tasks = task_ids()
+    tasks = _known("tasks", params.id, 0, "cls")
     if params.id not in tasks:
         raise not_in_set(f"{key}.id", params.id, tasks, "a ManiSkill task")
-    robots = robot_uids()
-    if params.robot_uids is not None and params.robot_uids not in robots:
-        raise not_in_set(f"{key}.robot_uids", params.robot_uids, robots, "a ManiSkill robot")
-    robot = params.robot_uids or default_robot(params.id)
-    modes = list(control_modes(robot))
+    if params.robot_uids is not None:
+        robots = _known("robots", params.robot_uids, 1, "agent_cls")
+        if params.robot_uids not in robots:
+            raise not_in_set(f"{key}.robot_uids", params.robot_uids, robots, "a ManiSkill robot")
+    cache_ = _cache()
+    robot = params.robot_uids or cache_.get(f"default_robot/{params.id}", lambda: default_robot(params.id))
+    modes = cache_.get(f"control_modes/{robot}", lambda: list(control_modes(robot)))
     if params.control_mode not in modes:
-        raise not_in_set(f"{key}.control_mode", params.control_mode, modes, f"a control mode of {robot or 'any ManiSkill robot'}")
-    cameras = camera_names(params.id, robot)
+        modes = list(control_modes(robot))  # the live answer decides a refusal
+        if params.control_mode not in modes:
+            raise not_in_set(f"{key}.control_mode", params.control_mode, modes, f"a control mode of {robot or 'any ManiSkill robot'}")
+    cameras = cache_.get(f"cameras/{params.id}/{robot}", lambda: _listed(camera_names(params.id, robot)))
     if cameras is None:
         return
     if params.main_camera not in cameras:
