@@ -89,7 +89,7 @@ def test_batch_survives_shared_memory_bit_exact(channel, peers):
 
 def test_object_store_fallback_for_consumers_on_other_nodes(channel):
     # A consumer registered from another node id makes producers use Ray's object store.
-    ray.get(channel._actor.register_consumer.remote("remote", "some-other-node-id"))
+    ray.get(channel._actor.register_consumer.remote(channel._key("remote"), "some-other-node-id"))
     msg = make_message(1)
     channel.put(msg, "remote")
     assert not shm.list_segments(channel.prefix)
@@ -98,6 +98,23 @@ def test_object_store_fallback_for_consumers_on_other_nodes(channel):
     ray_only.put(msg, "k")
     assert_same(ray_only.get("k"), msg)
     assert ray_only.shutdown() == 0
+
+
+def test_two_channels_share_one_queue_actor_with_their_own_keys_and_bounds(ray_session):
+    owner = Channel.create("obs", queue_size=1, timeout_s=30.0)
+    guest = Channel.create("actions", queue_size=0, timeout_s=30.0, host=owner)
+    assert guest._actor == owner._actor
+    owner.put(make_message(1), "k")
+    for i in range(3):  # unbounded, and the same key name is another queue
+        guest.put(make_message(2 + i), "k")
+    with pytest.raises(ChannelTimeout, match="queue full"):
+        owner.put(make_message(9), "k", timeout=0.2)
+    assert (owner.qsize("k"), guest.qsize("k")) == (1, 3)
+    assert_same(owner.get("k"), make_message(1))
+    assert_same(guest.get("k"), make_message(2))
+    guest.shutdown()  # a guest leaves the actor to its owner
+    assert owner.qsize("k") == 0
+    owner.shutdown()
 
 
 def test_bounded_queue_applies_backpressure(channel, peers):

@@ -78,26 +78,25 @@ def loads(skeleton: bytes, buffers: list) -> Any:
 class _QueueActor:
     """Holds descriptors only; payloads never pass through here."""
 
-    def __init__(self, queue_size: int):
-        self._size = queue_size
+    def __init__(self) -> None:
         self._queues: dict[str, asyncio.Queue] = {}
         self._consumers: dict[str, set[str]] = {}
 
-    def _q(self, key: str) -> asyncio.Queue:
+    def _q(self, key: str, size: int) -> asyncio.Queue:
         if key not in self._queues:
-            self._queues[key] = asyncio.Queue(maxsize=self._size)
+            self._queues[key] = asyncio.Queue(maxsize=size)
         return self._queues[key]
 
-    async def put(self, key: str, item: Any, timeout: float | None) -> bool:
+    async def put(self, key: str, size: int, item: Any, timeout: float | None) -> bool:
         try:
-            await asyncio.wait_for(self._q(key).put(item), timeout)
+            await asyncio.wait_for(self._q(key, size).put(item), timeout)
             return True
         except asyncio.TimeoutError:
             return False
 
-    async def get(self, key: str, timeout: float | None) -> tuple[bool, Any]:
+    async def get(self, key: str, size: int, timeout: float | None) -> tuple[bool, Any]:
         try:
-            return True, await asyncio.wait_for(self._q(key).get(), timeout)
+            return True, await asyncio.wait_for(self._q(key, size).get(), timeout)
         except asyncio.TimeoutError:
             return False, None
 
@@ -107,8 +106,8 @@ class _QueueActor:
     def consumer_nodes(self, key: str) -> list[str]:
         return sorted(self._consumers.get(key, ()))
 
-    def qsize(self, key: str) -> int:
-        return self._q(key).qsize()
+    def qsize(self, key: str, size: int) -> int:
+        return self._q(key, size).qsize()
 
 
 # ---------------------------------------------------------------- channel
@@ -132,9 +131,9 @@ _LOCAL: dict[str, _Local] = {}
 class Channel:
     """A named set of bounded queues; picklable, so pass it to Ray workers as an argument."""
 
-    def __init__(self, name: str, queue_size: int, prefix: str, actor, timeout_s: float, use_shm: bool):
+    def __init__(self, name: str, queue_size: int, prefix: str, actor, timeout_s: float, use_shm: bool, owns_actor: bool = True):
         self.name, self.queue_size, self.prefix = name, queue_size, prefix
-        self._actor, self.timeout_s, self.use_shm = actor, timeout_s, use_shm
+        self._actor, self.timeout_s, self.use_shm, self._owns_actor = actor, timeout_s, use_shm, owns_actor
 
     @classmethod
     def create(
@@ -145,13 +144,20 @@ class Channel:
         run_id: str | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         use_shm: bool = True,
+        host: Channel | None = None,
     ) -> Channel:
-        """Start the channel's queue actor (Ray must be initialised). The caller owns it."""
+        """Start the channel's queue actor (Ray must be initialised); the caller owns it. With
+        `host`, the queues live in that channel's actor instead (one process fewer; its owner
+        stops it)."""
         if queue_size < 0:
             raise ValueError(f"channel {name!r}: queue_size must be >= 0 (0 = unbounded), got {queue_size}")
         prefix = shm.make_prefix(run_id or uuid.uuid4().hex[:12], name)
-        actor = _QueueActor.options(name=None).remote(queue_size)
-        return cls(name, queue_size, prefix, actor, timeout_s, use_shm and shm.shm_available())
+        actor = host._actor if host is not None else _QueueActor.options(name=None).remote()
+        return cls(name, queue_size, prefix, actor, timeout_s, use_shm and shm.shm_available(), owns_actor=host is None)
+
+    def _key(self, key: str) -> str:
+        """The key in the queue actor, which may hold other channels' queues."""
+        return f"{self.prefix}/{key}"
 
     def _local(self) -> _Local:
         if self.prefix not in _LOCAL:
@@ -174,7 +180,7 @@ class Channel:
             desc = ("ray", ray.put(item))
         sent = self._local().sent.setdefault(desc[0], [0, 0])
         sent[0], sent[1] = sent[0] + 1, sent[1] + nbytes
-        ok = ray.get(self._actor.put.remote(key, desc, self._timeout(timeout)))
+        ok = ray.get(self._actor.put.remote(self._key(key), self.queue_size, desc, self._timeout(timeout)))
         if not ok:
             raise ChannelTimeout(
                 f"channel {self.name!r} key {key!r}: queue full (queue_size={self.queue_size}) for "
@@ -186,7 +192,7 @@ class Channel:
         if not self.use_shm:
             return "ray"
         if key not in local.routes:
-            nodes = ray.get(self._actor.consumer_nodes.remote(key))
+            nodes = ray.get(self._actor.consumer_nodes.remote(self._key(key)))
             if not nodes:
                 return "ray"  # no consumer known yet: the object store works from any node
             local.routes[key] = "shm" if nodes == [local.node_id] else "ray"
@@ -208,7 +214,7 @@ class Channel:
         """Declare that this process reads `key` (lets producers pick shared memory)."""
         local = self._local()
         if key not in local.registered:
-            ray.get(self._actor.register_consumer.remote(key, local.node_id))
+            ray.get(self._actor.register_consumer.remote(self._key(key), local.node_id))
             local.registered.add(key)
 
     def get(self, key: str = "default", *, timeout: float | None = None, copy: bool = True) -> Any:
@@ -218,7 +224,7 @@ class Channel:
         the producer when the last of those arrays is garbage-collected, so drop them promptly.
         """
         self.register_consumer(key)
-        ok, desc = ray.get(self._actor.get.remote(key, self._timeout(timeout)))
+        ok, desc = ray.get(self._actor.get.remote(self._key(key), self.queue_size, self._timeout(timeout)))
         if not ok:
             raise ChannelTimeout(
                 f"channel {self.name!r} key {key!r}: nothing received for {self._timeout(timeout):.0f} s; "
@@ -239,7 +245,7 @@ class Channel:
         return obj
 
     def qsize(self, key: str = "default") -> int:
-        return ray.get(self._actor.qsize.remote(key))
+        return ray.get(self._actor.qsize.remote(self._key(key), self.queue_size))
 
     # ---- lifetime
     def close(self) -> None:
@@ -250,9 +256,11 @@ class Channel:
             local.reader.close()
 
     def shutdown(self) -> int:
-        """Owner only: stop the queue actor and unlink every segment of this channel.
+        """Owner only: stop the queue actor (where this channel started it) and unlink every
+        segment of this channel.
 
         Returns the number of segments that had to be swept (left by any process)."""
         self.close()
-        ray.kill(self._actor, no_restart=True)
+        if self._owns_actor:
+            ray.kill(self._actor, no_restart=True)
         return shm.sweep(self.prefix)

@@ -173,12 +173,11 @@ def needs_reference(cfg: RootConfig) -> bool:
 
 
 def _wiring(cfg: RootConfig, run_id: str) -> ChannelWiring:
-    """One channel per direction, each from its own config section (name, queue, bound)."""
-    sections = {"obs": cfg.env.channel, "actions": cfg.rollout.channel}
-    return ChannelWiring(
-        **{key: Channel.create(c.name, queue_size=c.queue_size, run_id=f"{run_id}-{key}") for key, c in sections.items()},
-        obs_queue=cfg.env.channel.queue_name, action_queue=cfg.rollout.channel.queue_name,
-    )
+    """One channel per direction, each from its own config section (name, queue, bound); both
+    keep their queues in one queue actor."""
+    obs = Channel.create(cfg.env.channel.name, queue_size=cfg.env.channel.queue_size, run_id=f"{run_id}-obs")
+    actions = Channel.create(cfg.rollout.channel.name, queue_size=cfg.rollout.channel.queue_size, run_id=f"{run_id}-actions", host=obs)
+    return ChannelWiring(obs=obs, actions=actions, obs_queue=cfg.env.channel.queue_name, action_queue=cfg.rollout.channel.queue_name)
 
 
 # Imported lazily so `embodied-rl print-config` and friends never import torch/ray workers.
