@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "embodied_rl"
 #: Lowest first. Top-level modules are named without `.py`; `__init__` is the package root.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("_compat", "errors", "types"),
-    ("__init__", "registry", "plugins", "process_env", "timing", "moments"),
+    ("__init__", "registry", "plugins", "process_env", "timing", "moments", "fact_cache"),
     ("distributed",),
     ("config",),
     ("algorithms", "envs", "evaluation", "health", "memory", "sinks"),

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from embodied_rl.envs.maniskill.registry import RegistryCache
+from embodied_rl.fact_cache import FactCache
 
 CHECK = """
 import json, sys
@@ -66,7 +66,9 @@ def test_a_name_missing_from_the_cache_is_looked_up_live(tmp_path: Path) -> None
 def test_a_cache_of_other_files_is_dropped(tmp_path: Path) -> None:
     path = tmp_path / "cache.json"
     path.write_text(json.dumps({"fingerprint": "old", "facts": {"tasks": ["A"]}}))
-    assert RegistryCache(path, "new").facts == {}
-    assert RegistryCache(path, "old").facts == {"tasks": ["A"]}
+    assert FactCache(path, "new").facts == {}
+    assert FactCache(path, "old").facts == {"tasks": ["A"]}
+    assert FactCache(path, "old", live=lambda: True).get("tasks", lambda: ["B"]) == ["B"]  # stored where it differs
+    assert FactCache(path, "old").facts == {"tasks": ["B"]}
     path.write_text("{not json")
-    assert RegistryCache(path, "old").facts == {}
+    assert FactCache(path, "old").facts == {}

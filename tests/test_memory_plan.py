@@ -1,6 +1,7 @@
 """The memory plan (embodied_rl/memory): parameter counts read from checkpoint headers against the
-built policy (LoRA against peft's own count), the per-rank arithmetic against hand-computed cases,
-and a config that cannot fit refused before anything starts."""
+built policy (LoRA against peft's own count), activations counted on fake tensors against the real
+forward's saved tensors, the per-rank arithmetic against hand-computed cases, and a config that
+cannot fit refused before anything starts."""
 from __future__ import annotations
 
 import dataclasses
@@ -91,7 +92,7 @@ def test_the_plan_sums_each_device_and_names_the_largest_terms() -> None:
     assert mp.capacity == 64 * GIB and "node 0: " in mp.table()
     check_fits(mp)
     small = dataclasses.replace(mp, capacity=mp.per_device()["node 0"] - 1)
-    with pytest.raises(ConfigError, match=r"^node 0 needs at least .* GiB for model states alone \(actor optimizer .*\), more than its"):
+    with pytest.raises(ConfigError, match=r"^node 0 needs at least .* GiB for model states and activations \(actor activations .*\), more than its"):
         check_fits(small)
 
 
@@ -109,3 +110,55 @@ def test_a_config_that_cannot_fit_is_refused_before_anything_starts(tmp_path: Pa
     unknown = run_cli("plan", "maniskill_sft_tiny", cwd=tmp_path)
     assert "no checkpoint to count yet" in unknown.stdout and "not checked: nothing forecast" in unknown.stdout
     assert "note: data.train_data_paths[0]" in unknown.stderr
+
+
+def _saved_bytes(policy, obs) -> int:
+    """What the real training forward of `policy` saves for backward, once per storage, but for
+    its own parameters and buffers."""
+    inputs = policy.prepare_inputs(obs)
+    with torch.no_grad():
+        record = policy.predict(inputs, do_sample=False)
+    sizes = {}
+    weights = {p.untyped_storage().data_ptr() for p in (*policy.parameters(), *policy.buffers())}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in weights:
+            sizes[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        policy.evaluate_actions(inputs, record.action_tokens)
+    return sum(sizes.values())
+
+
+@pytest.mark.parametrize("change", CHANGES[:2], ids=["recipe", "lora"])
+def test_activations_on_fake_tensors_are_what_the_real_forward_saves(change: dict) -> None:
+    from embodied_rl.models.activations import count_activations, example_observation
+    from embodied_rl.models.registry import build_policy, policy_class
+
+    cfg = load_config("maniskill_ppo_from_sft", [f"actor.model.{k}={v}" for k, v in change.items()])
+    m = cfg.actor.model
+    obs = example_observation(m, cfg.env.train, 3)
+    real = _saved_bytes(build_policy(m).train(), obs)
+    counted = count_activations(policy_class(m.model_type).skeleton(m.model_path, m, device="cpu"), obs)
+    assert counted.saved == real > 0
+    # checkpointing keeps the units' inputs and recomputes one unit at a time
+    assert len(counted.in_units) == len(policy_class(m.model_type).skeleton(m.model_path, m, device="cpu").fsdp_units())
+    assert counted.peak(False) == real > counted.peak(True) >= max(counted.in_units)
+
+
+def test_the_plan_counts_activations_per_micro_batch_in_the_compute_dtype() -> None:
+    from embodied_rl.config.plan import plan_run
+    from embodied_rl.distributed.resources import Resources
+
+    def activations(*overrides: str) -> int:
+        cfg = load_config("maniskill_ppo_from_sft", ["cluster.num_cpu_slots=2", *overrides])
+        mp = memory_plan(cfg, plan_run(cfg, Resources(num_nodes=1, slots_per_node=2, accelerator="cpu")))
+        return mp.processes[0].terms["activations"]
+
+    two, four = activations("actor.micro_batch_size=2"), activations("actor.micro_batch_size=4")
+    assert 1.9 * two < four < 2.1 * two  # per sample, but for what is saved once (none here besides the batch)
+    half = activations("actor.micro_batch_size=4", "actor.fsdp_config.mixed_precision.param_dtype=bf16")
+    assert 0.45 * four < half < 0.75 * four  # bf16 activations (some tensors stay fp32: softmax statistics, the loss)
+    assert activations("actor.micro_batch_size=4", "actor.model.gradient_checkpointing=true") < four

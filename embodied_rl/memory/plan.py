@@ -3,9 +3,11 @@
 What is forecast is each process's model state, exact in parameter counts (ParamCounts, from the
 checkpoint's headers): an actor rank's fp32 master weights, gradients and Adam state per FSDP
 shard, the all-gather working set of its compute dtype, and a rollout worker's policy copy and KL
-reference. Activations, the Python/torch runtime of each process and the simulators are not
-forecast yet, so the plan is a lower bound: a run whose model states alone exceed a device's
-memory cannot fit, and is refused before Ray starts; one under it may still run out.
+reference; and an actor rank's activations for one micro-batch, counted exactly by running the
+policy's training forward on fake tensors (models/activations.py). The Python/torch runtime of
+each process, the rollout's inference working set and the simulators are not forecast, so the
+plan is a lower bound: a run whose forecast exceeds a device's memory cannot fit, and is refused
+before Ray starts; one under it may still run out.
 
 Devices: each GPU on GPU nodes (the processes placed on its slot); on CPU nodes, each node's
 memory, shared by all its slots' processes. Capacity: `cluster.device_memory_gb` when set (to plan
@@ -112,7 +114,7 @@ class MemoryPlan:
     def table(self) -> str:
         """The plan as text: per process its terms, per device the sum against the capacity."""
         gib = _gib
-        lines = ["process          device     " + "forecast GiB (lower bound: model states)"]
+        lines = ["process          device     " + "forecast GiB (lower bound: model states, actor activations)"]
         for p in self.processes:
             terms = ", ".join(f"{k} {gib(v)}" for k, v in p.terms.items())
             host = f"; offloaded to host: {', '.join(f'{k} {gib(v)}' for k, v in p.host.items())}" if p.host else ""
@@ -124,11 +126,12 @@ class MemoryPlan:
         return "\n".join(lines)
 
 
-def memory_plan(cfg: RootConfig, plan: RunPlan) -> MemoryPlan:
-    """The forecast for a resolved config on the plan's slots."""
-    from embodied_rl.config.plan import training_rl
+def memory_plan(cfg: RootConfig, plan: RunPlan, *, activations: bool = True) -> MemoryPlan:
+    """The forecast for a resolved config on the plan's slots; `activations`: count one actor
+    micro-batch's activations (models/activations.py)."""
+    from embodied_rl.config.plan import rolls_out, training_rl
 
-    notes: list[str] = ["activations, each process's runtime and the simulators are not forecast"]
+    notes: list[str] = ["each process's Python/torch runtime, the rollout's inference working set and the simulators are not forecast"]
     counts = cfg.actor.model.parameter_counts()
     capacity, source = device_capacity(cfg, plan.resources.accelerator)
     if counts is None:
@@ -146,6 +149,14 @@ def memory_plan(cfg: RootConfig, plan: RunPlan) -> MemoryPlan:
     if "actor" in plan.placement and not cfg.runner.only_eval:
         slots = plan.placement["actor"].process_slots
         terms = actor_terms(counts, world=len(slots), strategy=fsdp.sharding_strategy, param_dtype=fsdp.mixed_precision.param_dtype)
+        if activations:
+            mb = cfg.actor.micro_batch_size
+            found = (cfg.actor.model.activation_bytes(cfg.env.train if rolls_out(cfg) else cfg.env.eval, mb, fsdp.mixed_precision.param_dtype)
+                     if mb else "actor.micro_batch_size is derived at start")
+            if isinstance(found, int):
+                terms["activations"] = found
+            else:
+                notes.append(f"actor activations not forecast: {found}")
         host = {}
         if fsdp.cpu_offload and gpu:
             host = {k: terms.pop(k) for k in ("weights", "gradients", "optimizer")}
@@ -172,6 +183,6 @@ def check_fits(mp: MemoryPlan) -> None:
                 for k, v in p.terms.items():
                     terms[f"{p.component} {k}"] = terms.get(f"{p.component} {k}", 0) + v
         top = ", ".join(f"{k} {_gib(v)}" for k, v in sorted(terms.items(), key=lambda kv: -kv[1])[:3])
-        raise ConfigError(f"{device} needs at least {_gib(total)} GiB for model states alone ({top} GiB), more than its "
+        raise ConfigError(f"{device} needs at least {_gib(total)} GiB for model states and activations ({top} GiB), more than its "
                           f"{_gib(mp.capacity)} GiB ({mp.capacity_source}); use LoRA (actor.model.is_lora), bf16, more actor ranks "
                           "to shard over, actor.fsdp_config.cpu_offload, or a larger device (`embodied-rl plan` shows the table)")

@@ -106,6 +106,12 @@ class ModelConfig:
         (yet): the memory plan then forecasts nothing. A model type overrides it."""
         return None
 
+    def activation_bytes(self, env_cfg: Any, micro_batch: int, param_dtype: str) -> int | str:
+        """Peak activation bytes of one actor micro-batch of `micro_batch` observations of `env_cfg`
+        (an EnvConfig) in the compute dtype `param_dtype`, or why they are not counted. A model
+        type overrides it (embodied_rl.models.activations counts any policy with a skeleton)."""
+        return f"model_type {self.model_type} does not count its activations"
+
     @classmethod
     def variant(cls, data: Mapping[str, Any]) -> type[ModelConfig]:
         """The config class of the model type named in `data` (the loader builds this one)."""

@@ -4,7 +4,7 @@ uids, the control modes of a robot, the camera names of a task and robot. The co
 
 Importing `mani_skill.envs` (which fills the task registry) costs ~3 s of CPU, paid by every
 command that checks a ManiSkill config (print-config, train, eval, plan). The answers are
-therefore kept in a per-user cache file (`RegistryCache`), valid while the installed ManiSkill
+therefore kept in a per-user cache file (`FactCache`), valid while the installed ManiSkill
 files and this module stay unchanged; a name the cache does not know is looked up in the live
 registries (a plug-in may register tasks), so the cache never refuses a valid name. Control modes and cameras are
 declared by properties written for a built robot and scene; they are read here as far as that
@@ -17,11 +17,9 @@ import ast
 import hashlib
 import importlib.util
 import inspect
-import json
 import os
 import sys
 import textwrap
-from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,7 @@ from typing import Any
 from embodied_rl.config.typecheck import not_in_set
 from embodied_rl.envs.maniskill.params import ManiSkillParams
 from embodied_rl.errors import ConfigError
+from embodied_rl.fact_cache import FactCache
 
 #: init_params.wrist_camera values that name no sensor
 WRIST_CHOICES = ("auto", "none")
@@ -63,48 +62,12 @@ def _fingerprint() -> str | None:
     return hashlib.sha256(repr(stats).encode()).hexdigest()[:32]
 
 
-class RegistryCache:
-    """Answers read from ManiSkill's registries, kept in `path` across processes. An answer is
-    computed (importing ManiSkill) on its first request and stored; the file is dropped as a whole
-    when the fingerprint changes. Several processes may write it: each replaces it atomically
-    with what it knows, so an entry is at worst computed again."""
-
-    def __init__(self, path: Path, fingerprint: str | None) -> None:
-        self.path, self.fingerprint = path, fingerprint
-        self.facts: dict[str, Any] = {}
-        if fingerprint is None:
-            return
-        try:
-            stored = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return
-        if isinstance(stored, dict) and stored.get("fingerprint") == fingerprint and isinstance(stored.get("facts"), dict):
-            self.facts = stored["facts"]
-
-    def get(self, key: str, compute: Callable[[], Any]) -> Any:
-        if key in self.facts and "mani_skill.envs" not in sys.modules:
-            return self.facts[key]
-        value = compute()  # imported already, the live answer is free
-        if self.fingerprint is not None and (key not in self.facts or self.facts[key] != value):
-            self.facts[key] = value
-            self._write()
-        return value
-
-    def _write(self) -> None:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"fingerprint": self.fingerprint, "facts": self.facts}, sort_keys=True))
-            os.replace(tmp, self.path)
-        except OSError:  # a read-only home only costs the next process the import
-            pass
-
-
 @cache
-def _cache() -> RegistryCache:
+def _cache() -> FactCache:
+    # Once ManiSkill is imported (an env worker, a test), the live registries answer for free.
     from embodied_rl.process_env import embodied_rl_home
 
-    return RegistryCache(embodied_rl_home() / "maniskill_registry.json", _fingerprint())
+    return FactCache(embodied_rl_home() / "maniskill_registry.json", _fingerprint(), live=lambda: "mani_skill.envs" in sys.modules)
 
 
 def _builtin(registry: dict[str, Any], attr: str) -> list[str]:

@@ -6,7 +6,7 @@ The keys stay flat in `actor.model` (RLinf's layout); the loader builds this cla
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from embodied_rl.config.schema.model import (
     ModelConfig,
@@ -47,3 +47,8 @@ class OpenVLAOFTConfig(ModelConfig):
         from embodied_rl.models.openvla_oft.size import parameter_counts
 
         return parameter_counts(self)
+
+    def activation_bytes(self, env_cfg: Any, micro_batch: int, param_dtype: str) -> int | str:
+        from embodied_rl.models.activations import activation_bytes
+
+        return activation_bytes(self, env_cfg, micro_batch, param_dtype)
