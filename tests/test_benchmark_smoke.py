@@ -58,6 +58,7 @@ class Smoke:
 SMOKE: dict[str, Smoke] = {
     "actor_meta_init.py": Smoke(("--preset", "tiny", "--world", "1"), rf"peak RSS of the set-up, eager / meta: all ranks {NUM}x"),
     # two CLI runs (both settings) of 2 steps: the first step is not timed
+    "activations.py": Smoke(("--preset", "tiny", "--batches", "1", "--image-size", "64"), rf"\| 1 \| {NUM} \| {NUM} \| {NUM} \|"),
     "actor_micro_batch.py": Smoke(("--steps", "2", *SMALL_RECIPE), rf"training time ratio .*: {NUM}x; whole step {NUM}x",
                                   (MANISKILL,), timeout=1200),
     "brdf_table.py": Smoke(("--rounds", "1"), rf"make, wall, mean: .* sapien / zero = {NUM}x", (MANISKILL,)),
