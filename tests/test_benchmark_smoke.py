@@ -68,6 +68,7 @@ SMOKE: dict[str, Smoke] = {
     "learning.py": Smoke(("--seeds", "0", "--minimal", "--algos", "ppo", "--out", "{tmp}"), r"\| PPO after \|", (MANISKILL,),
                          covered_by="tests/test_learning.py::test_minimal_recipe_runs_through_the_real_code_path"),
     "libero_render.py": Smoke(("--size", "32", "--steps", "1", "--rounds", "1"), rf"step ratio: {NUM}x", (LIBERO,)),
+    "memory_forecast.py": Smoke(("--presets", "tiny", "--cases", "lora-bf16"), rf"\| tiny \| lora-bf16 \| {NUM} .*\| {NUM} \| {NUM} \|"),
     "overhead.py": Smoke(("--sim", "maniskill", "--envs", "1", "--size", "32", "--steps", "8", "--rounds", "1"),
                          rf"(?m)^ +1 +{NUM} +{NUM} +{NUM}$", (MANISKILL,)),
     "overhead_rollout.py": Smoke(("--envs", "1", "--size", "32", "--chunk-steps", "1", "--rounds", "1"),

@@ -169,7 +169,12 @@ def defers_gradient_sync(policy: nn.Module, fsdp_cfg, world_size: int) -> bool:
     rank accumulating full-size gradients of the trainable weights until the last one: without
     sharding (gradients are full-size anyway), or when those gradients take no more memory than
     this rank's shard of all weights (LoRA, a head). A sharded full fine-tune keeps reducing
-    every micro-batch, so its gradient memory stays sharded."""
+    every micro-batch, so its gradient memory stays sharded. Never under mixed precision: FSDP2
+    frees the compute-dtype copy of the weights after each backward, and the next micro-batch's
+    accumulation into it fails (torch 2.13: FSDPParam has no `_unsharded_param`); keeping the
+    copies instead would hold the whole model in the compute dtype between micro-batches."""
+    if fsdp_cfg.mixed_precision.param_dtype != "fp32":
+        return False
     if fsdp_cfg.sharding_strategy == "no_shard":
         return True
     trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)

@@ -1,0 +1,116 @@
+"""The memory plan's forecast for an actor rank against the memory it takes, on this CPU machine.
+
+Per case (preset, full or LoRA, compute dtype), one fresh process (spawned, one rank over gloo)
+sets up ActorWorker on an OpenVLA-OFT checkpoint and runs one PPO training step on a rollout batch
+the policy made (tests/rollout_batch.py: 16 samples, micro-batches of 4). Measured: the peak RSS
+from just before the set-up to the end of the step, minus the RSS before it (imports, process
+group and the rollout batch already there; freed heap trimmed; /proc/self/clear_refs resets the
+peak). Forecast: the plan's terms for that rank (memory/plan.py actor_terms: fp32 master weights,
+gradients, Adam state, gathered compute-dtype copy) plus the counted activations of one
+micro-batch (models/activations.py). The ratio measured / forecast is printed per case; the
+plan's goal is within 15 %.
+
+    python benchmarks/memory_forecast.py [--presets tiny,small] [--cases full-fp32,lora-fp32,full-bf16,lora-bf16]
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.multiprocessing as mp
+
+from embodied_rl.config.schema import RootConfig
+from embodied_rl.memory.plan import actor_terms
+from embodied_rl.models.activations import count_activations
+from embodied_rl.models.create import create_model
+from embodied_rl.models.registry import policy_class
+from embodied_rl.types import EnvObservation
+
+REPO = Path(__file__).resolve().parents[1]
+MICRO, GLOBAL = 4, 16
+
+
+def _kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
+def _trim() -> None:
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def config(path: str, lora: bool, dtype: str) -> RootConfig:
+    cfg = RootConfig()
+    a = cfg.actor
+    cfg.runner.seed = a.seed = 7
+    cfg.runner.max_steps = 5
+    a.model.model_path = cfg.rollout.model.model_path = path
+    a.model.add_value_head, a.model.value_type = True, "chunk_level"
+    a.model.is_lora, a.model.lora_rank = lora, 8
+    a.fsdp_config.mixed_precision.param_dtype = dtype
+    a.global_batch_size, a.micro_batch_size = GLOBAL, MICRO
+    return cfg
+
+
+def forecast(cfg: RootConfig, image_size: int) -> dict[str, int]:
+    m = cfg.actor.model
+    terms = actor_terms(m.parameter_counts(), world=1, strategy=cfg.actor.fsdp_config.sharding_strategy,
+                        param_dtype=cfg.actor.fsdp_config.mixed_precision.param_dtype)
+    import numpy as np
+
+    obs = EnvObservation(main_images=np.zeros((MICRO, image_size, image_size, 3), dtype=np.uint8),
+                         states=np.zeros((MICRO, 8), dtype=np.float32), task_descriptions=["pick up the cube"] * MICRO)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[cfg.actor.fsdp_config.mixed_precision.param_dtype]
+    skeleton = policy_class(m.model_type).skeleton(m.model_path, m, device="cpu", dtype=dtype)
+    terms["activations"] = count_activations(skeleton, obs).peak(m.gradient_checkpointing)
+    return terms
+
+
+def _measure(rank: int, path: str, lora: bool, dtype: str, out: dict) -> None:
+    sys.path.insert(0, str(REPO))  # the tests package: its rollout batch is what the actor tests train on
+    from embodied_rl.workers.actor import fsdp
+    from embodied_rl.workers.actor.worker import ActorWorker
+    from tests.rollout_batch import make_rollout_batch
+
+    torch.set_num_threads(1)
+    cfg = config(path, lora, dtype)
+    batch = make_rollout_batch(cfg)
+    worker = ActorWorker(cfg, 0, 1)
+    _trim()
+    before = _kib("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    worker.setup("127.0.0.1", fsdp.free_port())
+    worker.train_step(batch)
+    out["peak"] = (_kib("VmHWM") - before) * 1024
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--presets", default="tiny,small")
+    ap.add_argument("--cases", default="full-fp32,lora-fp32,full-bf16,lora-bf16")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="memory_forecast_"))
+    print("| preset | case | forecast MiB (terms) | measured MiB | ratio measured / forecast |")
+    print("|---|---|---|---|---|")
+    for preset in args.presets.split(","):
+        path = str(create_model(preset, work / preset, image_size=64, seed=0).path)
+        for case in args.cases.split(","):
+            kind, dtype = case.split("-")
+            cfg = config(path, kind == "lora", dtype)
+            terms = forecast(cfg, 64)
+            with mp.Manager() as manager:
+                out = manager.dict()
+                mp.start_processes(_measure, args=(path, kind == "lora", dtype, out), nprocs=1, start_method="spawn")
+                peak = out["peak"]
+            total = sum(terms.values())
+            shown = ", ".join(f"{k} {v / 2**20:.1f}" for k, v in terms.items())
+            print(f"| {preset} | {case} | {total / 2**20:.1f} ({shown}) | {peak / 2**20:.1f} | {peak / total:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
