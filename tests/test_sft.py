@@ -17,14 +17,15 @@ import torch
 from embodied_rl.algorithms.sft import sft_loss
 from embodied_rl.demos import read_manifest
 from embodied_rl.demos.sft_data import EpochSampler
-from tests.cli_runs import check_eval_only, read_metrics, run_cli, run_cli_failing
+from tests.cli_runs import ONE_SLOT, check_eval_only, read_metrics, run_cli, run_cli_failing
 
 pytestmark = [pytest.mark.maniskill]
 
 CONFIG = "maniskill_sft_tiny"
 DEMOS = "demos/one"
-# Measured: 12 samples, full batch, lr 2e-3 reach token probability ~0.97 in 300 steps.
-OVERFIT = ["runner.max_steps=300", "actor.global_batch_size=12", "actor.optim.lr=2e-3", "runner.val_check_interval=150",
+# Measured: 12 samples, full batch, lr 2e-3 reach token probability ~0.97 in 300 steps. One slot:
+# the tests are about what SFT learns and writes, not ranks (test_actor_fsdp.py covers 2 ranks).
+OVERFIT = [ONE_SLOT, "runner.max_steps=300", "actor.global_batch_size=12", "actor.optim.lr=2e-3", "runner.val_check_interval=150",
            f"data.train_data_paths=[{DEMOS}]", "runner.experiment_name=overfit",
            "algorithm.sampling_params.eval_scoring=[greedy]"]  # what the tests compare (the sampled pass would double eval time)
 
@@ -130,7 +131,7 @@ def test_eval_of_the_sft_checkpoint_reproduces_its_last_evaluation(overfit_run, 
     Also the eval-only run of tests/test_shipped_configs.py for maniskill_sft_tiny: the shipped
     config's scorings, videos and environment facts."""
     run_cli("eval", CONFIG, f"data.train_data_paths=[{DEMOS}]", "runner.experiment_name=overfit_eval",
-            "runner.ckpt_path=runs/overfit", cwd=work)
+            "runner.ckpt_path=runs/overfit", ONE_SLOT, cwd=work)
     alone = check_eval_only(work / "runs" / "overfit_eval")
     last = read_metrics(overfit_run)[300]
     for key in ("eval/success_once", "eval/return", "eval/episode_len"):
