@@ -162,3 +162,11 @@ def test_the_plan_counts_activations_per_micro_batch_in_the_compute_dtype() -> N
     half = activations("actor.micro_batch_size=4", "actor.fsdp_config.mixed_precision.param_dtype=bf16")
     assert 0.45 * four < half < 0.75 * four  # bf16 activations (some tensors stay fp32: softmax statistics, the loss)
     assert activations("actor.micro_batch_size=4", "actor.model.gradient_checkpointing=true") < four
+
+
+def test_a_flash_attention_config_is_counted_with_the_kernels_this_machine_runs() -> None:
+    """A GPU config planned where flash-attn cannot run (or at start, on the driver's CPU): the
+    count uses sdpa's fused kernel, which saves what flash-attn saves."""
+    cfg = load_config("maniskill_ppo_from_sft", plan=False)
+    flash = dataclasses.replace(cfg.actor.model, attn_implementation="flash_attention_2")
+    assert flash.activation_bytes(cfg.env.train, 2, "bf16") == cfg.actor.model.activation_bytes(cfg.env.train, 2, "bf16") > 0

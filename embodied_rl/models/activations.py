@@ -5,8 +5,10 @@ The policy's own training forward (a greedy `predict` for the action record, the
 module tree `skeleton` builds: every tensor has its real shape, dtype and device and no storage,
 so a 7.5B policy runs in seconds and allocates nothing. What autograd saves for backward is
 counted through saved-tensor hooks, once per storage (views and tensors saved by several ops
-share one), which is what the real forward keeps alive until backward: the same kernels are
-chosen as on the real device (fused attention saves its log-sum-exp, not the L x L weights).
+share one), which is what the real forward keeps alive until backward. The fake tensors are on
+the CPU, so the CPU's kernels are chosen: its fused attention saves the log-sum-exp, not the
+L x L weights, as flash-attn and the GPU's fused kernels do (a meta-device run would pick the
+math kernel and count the weights).
 Parameters and buffers that ops save (a matmul keeps its weight) are left out: the model states
 hold them already.
 
@@ -167,7 +169,7 @@ def activation_bytes(model_cfg: ModelConfig, env_cfg: EnvConfig, micro_batch: in
     observations in the compute dtype, with the configured gradient checkpointing; or why it is
     not counted. Cached per user by the checkpoint's config and the shapes (a 7.5B count takes
     seconds, the tiny one about one)."""
-    from embodied_rl.models.registry import policy_class
+    from embodied_rl.models.registry import policy_class, with_runnable_attention
 
     path = Path(model_cfg.model_path)
     if not (path / "config.json").is_file():
@@ -182,8 +184,10 @@ def activation_bytes(model_cfg: ModelConfig, env_cfg: EnvConfig, micro_batch: in
 
     def count() -> list:
         cls = policy_class(model_cfg.model_type)
+        # Counted with the CPU's kernels: flash-attn's saves what the fused sdpa kernel saves.
+        runnable = with_runnable_attention(model_cfg, torch.device("cpu"))
         try:
-            skeleton = cls.skeleton(path, model_cfg, device="cpu", dtype=DTYPES[param_dtype])
+            skeleton = cls.skeleton(path, runnable, device="cpu", dtype=DTYPES[param_dtype])
         except NotImplementedError:
             return [None, f"{model_cfg.model_type} cannot be built on the meta device"]
         counted = count_activations(skeleton, obs)
