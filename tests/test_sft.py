@@ -17,7 +17,13 @@ import torch
 from embodied_rl.algorithms.sft import sft_loss
 from embodied_rl.demos import read_manifest
 from embodied_rl.demos.sft_data import EpochSampler
-from tests.cli_runs import ONE_SLOT, check_eval_only, read_metrics, run_cli, run_cli_failing
+from tests.cli_runs import (
+    ONE_SLOT,
+    check_eval_only,
+    read_metrics,
+    run_cli,
+    run_cli_failing,
+)
 
 pytestmark = [pytest.mark.maniskill]
 
