@@ -20,6 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.multiprocessing as mp
 
@@ -27,7 +28,7 @@ from embodied_rl.config.schema import RootConfig
 from embodied_rl.memory.plan import actor_terms
 from embodied_rl.models.activations import count_activations
 from embodied_rl.models.create import create_model
-from embodied_rl.models.registry import policy_class
+from embodied_rl.models.registry import PRECISION_DTYPES, policy_class
 from embodied_rl.types import EnvObservation
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,11 +61,9 @@ def forecast(cfg: RootConfig, image_size: int) -> dict[str, int]:
     m = cfg.actor.model
     terms = actor_terms(m.parameter_counts(), world=1, strategy=cfg.actor.fsdp_config.sharding_strategy,
                         param_dtype=cfg.actor.fsdp_config.mixed_precision.param_dtype)
-    import numpy as np
-
     obs = EnvObservation(main_images=np.zeros((MICRO, image_size, image_size, 3), dtype=np.uint8),
                          states=np.zeros((MICRO, 8), dtype=np.float32), task_descriptions=["pick up the cube"] * MICRO)
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[cfg.actor.fsdp_config.mixed_precision.param_dtype]
+    dtype = PRECISION_DTYPES[cfg.actor.fsdp_config.mixed_precision.param_dtype]
     skeleton = policy_class(m.model_type).skeleton(m.model_path, m, device="cpu", dtype=dtype)
     terms["activations"] = count_activations(skeleton, obs).peak(m.gradient_checkpointing)
     return terms

@@ -126,9 +126,9 @@ class MemoryPlan:
         return "\n".join(lines)
 
 
-def memory_plan(cfg: RootConfig, plan: RunPlan, *, activations: bool = True) -> MemoryPlan:
-    """The forecast for a resolved config on the plan's slots; `activations`: count one actor
-    micro-batch's activations (models/activations.py)."""
+def memory_plan(cfg: RootConfig, plan: RunPlan) -> MemoryPlan:
+    """The forecast for a resolved config on the plan's slots (an actor rank's activations for one
+    micro-batch counted by the model config, models/activations.py)."""
     from embodied_rl.config.plan import rolls_out, training_rl
 
     notes: list[str] = ["each process's Python/torch runtime, the rollout's inference working set and the simulators are not forecast"]
@@ -149,14 +149,13 @@ def memory_plan(cfg: RootConfig, plan: RunPlan, *, activations: bool = True) -> 
     if "actor" in plan.placement and not cfg.runner.only_eval:
         slots = plan.placement["actor"].process_slots
         terms = actor_terms(counts, world=len(slots), strategy=fsdp.sharding_strategy, param_dtype=fsdp.mixed_precision.param_dtype)
-        if activations:
-            mb = cfg.actor.micro_batch_size
-            found = (cfg.actor.model.activation_bytes(cfg.env.train if rolls_out(cfg) else cfg.env.eval, mb, fsdp.mixed_precision.param_dtype)
-                     if mb else "actor.micro_batch_size is derived at start")
-            if isinstance(found, int):
-                terms["activations"] = found
-            else:
-                notes.append(f"actor activations not forecast: {found}")
+        mb = cfg.actor.micro_batch_size
+        found = (cfg.actor.model.activation_bytes(cfg.env.train if rolls_out(cfg) else cfg.env.eval, mb, fsdp.mixed_precision.param_dtype)
+                 if mb else "actor.micro_batch_size is derived at start")
+        if isinstance(found, int):
+            terms["activations"] = found
+        else:
+            notes.append(f"actor activations not forecast: {found}")
         host = {}
         if fsdp.cpu_offload and gpu:
             host = {k: terms.pop(k) for k in ("weights", "gradients", "optimizer")}

@@ -40,8 +40,6 @@ if TYPE_CHECKING:
     from embodied_rl.config.schema.model import ModelConfig
     from embodied_rl.models.base import BasePolicy
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
 
 @dataclass(frozen=True)
 class ActivationCount:
@@ -169,7 +167,11 @@ def activation_bytes(model_cfg: ModelConfig, env_cfg: EnvConfig, micro_batch: in
     observations in the compute dtype, with the configured gradient checkpointing; or why it is
     not counted. Cached per user by the checkpoint's config and the shapes (a 7.5B count takes
     seconds, the tiny one about one)."""
-    from embodied_rl.models.registry import policy_class, with_runnable_attention
+    from embodied_rl.models.registry import (
+        PRECISION_DTYPES,
+        policy_class,
+        with_runnable_attention,
+    )
 
     path = Path(model_cfg.model_path)
     if not (path / "config.json").is_file():
@@ -187,7 +189,7 @@ def activation_bytes(model_cfg: ModelConfig, env_cfg: EnvConfig, micro_batch: in
         # Counted with the CPU's kernels: flash-attn's saves what the fused sdpa kernel saves.
         runnable = with_runnable_attention(model_cfg, torch.device("cpu"))
         try:
-            skeleton = cls.skeleton(path, runnable, device="cpu", dtype=DTYPES[param_dtype])
+            skeleton = cls.skeleton(path, runnable, device="cpu", dtype=PRECISION_DTYPES[param_dtype])
         except NotImplementedError:
             return [None, f"{model_cfg.model_type} cannot be built on the meta device"]
         counted = count_activations(skeleton, obs)
