@@ -144,6 +144,8 @@ CASES: list[tuple[str, list[str], str]] = [
     ("train", ["algorithm.bc_coef=0.1"], "algorithm.bc_coef=0.1 clones demonstrations, but data.train_data_paths is empty"),
     ("train", ["algorithm.bc_coef=-1"], "algorithm.bc_coef=-1.0 must be >= 0"),
     ("sft", ["algorithm.bc_coef=0.5"], "algorithm.bc_coef=0.5 adds behaviour cloning to RL, but runner.paradigm=sft"),
+    ("sft", ["data.action_noise_std=0.9"], "data.action_noise_std=0.9: must be in [0, 0.5]"),
+    ("train", ["data.action_noise_std=0.05"], "data.action_noise_std=0.05 perturbs demo actions, but data.train_data_paths is empty"),
     ("train", ["runner.paradigm=dagger"], "runner.paradigm='dagger' is not valid; choose one of: rl, sft"),
     # runner, logger, typos
     ("train", ["runner.max_steps=0"], "runner.max_steps: must be >= 1"),

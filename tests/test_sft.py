@@ -60,6 +60,27 @@ def test_epoch_sampler_visits_every_sample_once_per_epoch_and_resumes() -> None:
     assert all(torch.equal(a, b) for a, b in zip(after, [again.next(3) for _ in range(4)]))
 
 
+def test_action_noise_re_bins_the_expert_actions_around_their_own_bins() -> None:
+    from embodied_rl.demos.sft_data import SFTSamples
+    from embodied_rl.models.openvla_oft.actions import ActionTokenizer
+
+    tok = ActionTokenizer(base_vocab_size=1000)
+    actions = torch.tensor([[-0.5, 0.0, 0.25, 1.0]] * 2000, dtype=torch.float64)
+    samples = SFTSamples({"x": torch.zeros(2000, 1)}, tok.encode(actions), torch.ones(2000, 4, dtype=torch.bool),
+                         actions=actions, tokenize=tok.encode)
+    index = torch.arange(2000)
+    _, exact, _ = samples.select(index)
+    assert torch.equal(exact, tok.encode(actions))
+    _, noisy, _ = samples.select(index, torch.randn(2000, 4, generator=torch.Generator().manual_seed(0)) * 0.05)
+    shift = (noisy - exact).double()
+    # 0.05 of the range is 6.4 bins: centred on the expert's bin with about that spread; the clamp
+    # keeps +1 at the edge bin, so that dimension only moves one way
+    assert shift[:, :3].mean(0).abs().max() < 0.5 and shift[:, :3].std(0).sub(6.4).abs().max() < 0.5
+    assert (shift[:, 3] >= 0).all() or (shift[:, 3] <= 0).all()
+    with pytest.raises(ValueError, match="no actions"):
+        SFTSamples({"x": torch.zeros(2, 1)}, exact[:2], torch.ones(2, 4, dtype=torch.bool)).select(index[:2], shift[:2])
+
+
 # ---------------------------------------------------------------- the real path
 
 

@@ -7,6 +7,7 @@ and binned by its action tokenizer).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,17 +56,29 @@ def sft_statistics(cfg) -> dict[str, Any]:
 @dataclass
 class SFTSamples:
     """N samples on the actor: policy inputs (dict of [N, ...] tensors), relative action tokens
-    int64 [N, L] and the loss mask bool [N, L] (L = C*A; False past an episode's end)."""
+    int64 [N, L] and the loss mask bool [N, L] (L = C*A; False past an episode's end).
+    With `actions` (the normalised expert actions, float [N, L]) and `tokenize` (the policy's
+    binning of them), `select` can re-bin noisy copies of the actions."""
 
     inputs: dict[str, Tensor]
     action_tokens: Tensor
     loss_mask: Tensor
+    actions: Tensor | None = None
+    tokenize: Callable[[Tensor], Tensor] | None = None
 
     def __len__(self) -> int:
         return int(self.action_tokens.shape[0])
 
-    def select(self, index: Tensor) -> tuple[dict[str, Tensor], Tensor, Tensor]:
-        return {k: v[index] for k, v in self.inputs.items()}, self.action_tokens[index], self.loss_mask[index]
+    def select(self, index: Tensor, noise: Tensor | None = None) -> tuple[dict[str, Tensor], Tensor, Tensor]:
+        """The samples at `index`; `noise` float [len(index), L] is added to their normalised
+        actions (clamped to [-1, 1]) before binning."""
+        inputs = {k: v[index] for k, v in self.inputs.items()}
+        if noise is None:
+            return inputs, self.action_tokens[index], self.loss_mask[index]
+        if self.actions is None or self.tokenize is None:
+            raise ValueError("these SFT samples keep no actions to add noise to (build them with build_samples)")
+        noisy = (self.actions[index] + noise.to(self.actions.dtype)).clamp(-1.0, 1.0)
+        return inputs, self.tokenize(noisy), self.loss_mask[index]
 
 
 def build_samples(policy, demos: DemoChunks) -> SFTSamples:
@@ -74,10 +87,11 @@ def build_samples(policy, demos: DemoChunks) -> SFTSamples:
     obs = EnvObservation(main_images=demos.main_images, states=demos.states,
                          task_descriptions=[demos.instruction] * n, wrist_images=demos.wrist_images)
     inputs = policy.prepare_inputs(obs)
-    tokens = policy.action_tokenizer.encode(policy.action_norm.normalize(torch.as_tensor(demos.actions)))
+    actions = policy.action_norm.normalize(torch.as_tensor(demos.actions)).reshape(n, -1)
     a = demos.actions.shape[-1]
     mask = torch.as_tensor(demos.action_mask).repeat_interleave(a, dim=1)
-    return SFTSamples(inputs, tokens.reshape(n, -1), mask)
+    tokenize = policy.action_tokenizer.encode
+    return SFTSamples(inputs, tokenize(actions), mask, actions=actions, tokenize=tokenize)
 
 
 class EpochSampler:
