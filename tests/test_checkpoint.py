@@ -197,3 +197,26 @@ def test_a_flash_attention_gpu_run_exports_and_replays_on_the_cpu(tmp_path):
     assert run_cfg.actor.model.attn_implementation == "flash_attention_2" and policy.vla.attn_implementation == "sdpa"
     replayed = policy.trainable_state_dict()
     assert all(torch.equal(replayed[k], v.to(replayed[k].dtype)) for k, v in trained.items())
+
+
+def test_weights_are_written_from_their_own_memory_and_read_back_exactly(tmp_path):
+    from embodied_rl.models.openvla_oft.checkpoint import (
+        read_state_dict,
+        write_state_dict,
+    )
+
+    base = torch.arange(24, dtype=torch.float32)
+    sd = {"owned": torch.randn(4, 6), "view": base[6:18].view(3, 4), "shared_a": base, "transposed": torch.randn(3, 5).t(),
+          "bf16": torch.randn(8, dtype=torch.bfloat16)}
+    sd["shared_b"] = sd["shared_a"]
+    write_state_dict(sd, tmp_path, max_shard_bytes=64)  # several shards and an index
+    back = read_state_dict(tmp_path)
+    assert set(back) == set(sd) and all(torch.equal(back[k], v) and back[k].dtype == v.dtype for k, v in sd.items())
+    from embodied_rl.models.openvla_oft.checkpoint import _own_storages
+
+    owned = _own_storages(sd)
+    # a tensor that owns its contiguous storage is written from it, without a copy
+    assert owned["owned"].data_ptr() == sd["owned"].data_ptr() and owned["bf16"].data_ptr() == sd["bf16"].data_ptr()
+    # views, shared storages and non-contiguous tensors get their own copy (safetensors needs it)
+    ptrs = [owned[k].untyped_storage().data_ptr() for k in ("view", "shared_a", "shared_b", "transposed")]
+    assert len(set(ptrs)) == 4 and owned["transposed"].is_contiguous()

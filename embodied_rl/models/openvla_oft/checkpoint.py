@@ -78,7 +78,7 @@ def write_state_dict(sd: dict[str, torch.Tensor], ckpt_dir: str | Path, max_shar
     """Write `sd` as HF does: one model.safetensors, or numbered shards plus an index."""
     d = Path(ckpt_dir)
     d.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in sd.items()}
+    tensors = _own_storages(sd)
     shards: list[dict[str, torch.Tensor]] = [{}]
     size = 0
     for key in sorted(tensors):
@@ -99,6 +99,22 @@ def write_state_dict(sd: dict[str, torch.Tensor], ckpt_dir: str | Path, max_shar
     total = sum(t.numel() * t.element_size() for t in tensors.values())
     with open(d / INDEX_NAME, "w") as f:
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+
+
+def _own_storages(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The tensors of `sd` on the CPU, copied only where safetensors needs a copy (a view into a
+    larger storage, a storage another tensor shares, non-contiguous memory): the weights are
+    written from the model's own memory, so writing a 7B checkpoint does not hold a second 15 GB."""
+    seen: set[int] = set()
+    out = {}
+    for k, v in sd.items():
+        t = v.detach().to("cpu")
+        storage = t.untyped_storage()
+        if not t.is_contiguous() or storage.data_ptr() in seen or storage.nbytes() != t.numel() * t.element_size():
+            t = t.contiguous().clone()
+        seen.add(t.untyped_storage().data_ptr())
+        out[k] = t
+    return out
 
 
 def load_exact(module: nn.Module, sd: dict[str, torch.Tensor], source: str, assign: bool = False) -> None:
