@@ -55,7 +55,10 @@ class OpenVLAOFTModel(nn.Module):
         self.vision_backbone = FusedVisionBackbone(arch, num_images_in_input)
         self.projector = PrismaticProjector(arch.use_fused_vision_backbone, self.vision_backbone.embed_dim, arch.llm_hidden_size)
         text_config = arch.llama_config()
-        self.language_model = AutoModelForCausalLM.from_config(text_config, attn_implementation=attn_implementation)
+        # Built directly in the default dtype (from_preset sets bf16 for a bf16 model): left to the
+        # config, the LLM would be built in fp32 first, twice the memory of the 7B in bf16.
+        self.language_model = AutoModelForCausalLM.from_config(text_config, attn_implementation=attn_implementation,
+                                                               dtype=torch.get_default_dtype())
         self.attn_implementation = attn_implementation
         self.causal = causal  # only for checkpoints trained causally; OFT itself is bidirectional
         eos = text_config.eos_token_id  # '</s>' = 2 in the Llama vocabulary
