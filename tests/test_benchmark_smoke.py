@@ -68,7 +68,8 @@ SMOKE: dict[str, Smoke] = {
     "learning.py": Smoke(("--seeds", "0", "--minimal", "--algos", "ppo", "--out", "{tmp}"), r"\| PPO after \|", (MANISKILL,),
                          covered_by="tests/test_learning.py::test_minimal_recipe_runs_through_the_real_code_path"),
     "libero_render.py": Smoke(("--size", "32", "--steps", "1", "--rounds", "1"), rf"step ratio: {NUM}x", (LIBERO,)),
-    "memory_forecast.py": Smoke(("--presets", "tiny", "--cases", "lora-bf16"), rf"\| tiny \| lora-bf16 \| {NUM} .*\| {NUM} \| {NUM} \|"),
+    "memory_forecast.py": Smoke(("--presets", "tiny", "--cases", "lora-fp32", "--ranks", "2", "--steps", "1", "--allocators", "returning"),
+                                rf"\| tiny \| lora-fp32 \| 2 \| {NUM} .*\| {NUM}, \*\*{NUM}\*\* \|"),
     "overhead.py": Smoke(("--sim", "maniskill", "--envs", "1", "--size", "32", "--steps", "8", "--rounds", "1"),
                          rf"(?m)^ +1 +{NUM} +{NUM} +{NUM}$", (MANISKILL,)),
     "overhead_rollout.py": Smoke(("--envs", "1", "--size", "32", "--chunk-steps", "1", "--rounds", "1"),
@@ -85,6 +86,8 @@ SMOKE: dict[str, Smoke] = {
     "reconfigure_reset.py": Smoke(("--resets", "1", "--rounds", "1"), rf"clustered / full: {NUM}x", (MANISKILL,)),
     # --kill-after 2: the least with a normal step (step 2) to compare with; 4 steps, one restart;
     # one worker of each kind
+    "real_size.py": Smoke(("--preset", "tiny", "--image-size", "28", "--out", "{tmp}/ckpt"),
+                          r"plan \(exit 0\):(.|\n)*forward \(one observation.*finite True"),
     "recovery.py": Smoke(("--kill-after", "2", *ONE_OF_EACH), rf"recovery / normal step: {NUM}x; restarts logged: 1", (MANISKILL,), timeout=1200),
     # --steps 0: the pictures only; its PPO phase is actor_micro_batch.py's run_recipe, smoked there
     "render_mesh.py": Smoke(("--pictures", "1", "--steps", "0"), rf"picture ratio: {NUM}x", (MANISKILL,)),

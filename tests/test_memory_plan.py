@@ -24,6 +24,7 @@ from embodied_rl.memory.plan import (
     GIB,
     actor_terms,
     check_fits,
+    cpu_heap_retention,
     memory_plan,
     rollout_terms,
 )
@@ -47,6 +48,10 @@ def test_counts_from_the_headers_match_the_built_policy(change: dict) -> None:
     assert counts.total == sum(p.numel() for p in params)
     assert counts.trainable == sum(p.numel() for p in params if p.requires_grad)  # under LoRA: peft's adapters + the heads
     assert sum(counts.groups.values()) == counts.total
+    # the root unit: what FSDP's root holds, outside the separately sharded blocks and heads
+    in_units = {id(p) for unit in policy.fsdp_units() for p in unit.parameters()}
+    root = [p for n, p in policy.named_parameters() if id(p) not in in_units and "lora_" not in n]  # adapters: not counted apart
+    assert counts.root_unit == sum(p.numel() for p in root)
 
 
 def test_a_missing_checkpoint_is_not_counted(tmp_path: Path) -> None:
@@ -68,10 +73,11 @@ def test_sharded_checkpoints_and_lora_shapes(tmp_path: Path) -> None:
 
 
 def test_actor_and_rollout_terms_by_hand() -> None:
-    c = ParamCounts(total=1000, trainable=100, largest_unit=50, groups={"core": 900, "value_head": 100})
-    # fp32 master weights, gradients and 2 Adam states sharded over 4 ranks; bf16 gathered: 2 blocks
+    c = ParamCounts(total=1000, trainable=100, largest_unit=50, root_unit=120, groups={"core": 900, "value_head": 100})
+    # fp32 master weights, gradients and 2 Adam states sharded over 4 ranks; bf16 gathered: the
+    # root unit (kept from forward to backward) and 2 blocks
     assert actor_terms(c, world=4, strategy="full_shard", param_dtype="bf16") == {
-        "weights": 1000, "gradients": 100, "optimizer": 200, "gathered": 2 * 50 * 2}
+        "weights": 1000, "gradients": 100, "optimizer": 200, "gathered": (120 + 2 * 50) * 2}
     # shard_grad_op keeps the whole model gathered from forward to backward
     assert actor_terms(c, world=2, strategy="shard_grad_op", param_dtype="fp32") == {
         "weights": 2000, "gradients": 200, "optimizer": 400, "gathered": 4000}
@@ -79,6 +85,8 @@ def test_actor_and_rollout_terms_by_hand() -> None:
     assert actor_terms(c, world=2, strategy="no_shard", param_dtype="fp32") == {
         "weights": 4000, "gradients": 400, "optimizer": 800, "gathered": 0}
     assert rollout_terms(c, precision="bf16", separate_reference=True) == {"policy": 2000, "kl_reference": 1800}
+    # a CPU actor's heap keeps about two micro-batches' activations and the gathered parameters
+    assert cpu_heap_retention({"weights": 1000, "gradients": 100, "gathered": 30, "activations": 7}) == 2 * 7 + 30
 
 
 def test_the_plan_sums_each_device_and_names_the_largest_terms() -> None:
@@ -90,17 +98,27 @@ def test_the_plan_sums_each_device_and_names_the_largest_terms() -> None:
     assert [(p.component, p.device) for p in mp.processes] == [("actor", "node 0"), ("actor", "node 0"), ("rollout", "node 0"),
                                                                 ("rollout", "node 0")]
     assert mp.capacity == 64 * GIB and "node 0: " in mp.table()
+    assert all(("cpu_heap" in p.terms) == (p.component == "actor") for p in mp.processes)
+    on_gpus = memory_plan(cfg, plan_run(cfg, Resources(num_nodes=1, slots_per_node=2, accelerator="gpu")))
+    assert not any("cpu_heap" in p.terms for p in on_gpus.processes)  # the CUDA allocator is not glibc's heap
     check_fits(mp)
     small = dataclasses.replace(mp, capacity=mp.per_device()["node 0"] - 1)
-    with pytest.raises(ConfigError, match=r"^node 0 needs at least .* GiB for model states and activations \(actor activations .*\), more than its"):
+    with pytest.raises(ConfigError, match=r"^node 0 needs .* GiB by the memory plan \(largest: actor cpu_heap .*, actor activations .*\), more than its"):
         check_fits(small)
+    # the advice names only what this config does not use yet
+    assert small.advice == ("LoRA (actor.model.is_lora)", "bf16 (actor.model.precision, actor.fsdp_config.mixed_precision.param_dtype)",
+                            "gradient checkpointing (actor.model.gradient_checkpointing)", "more actor ranks to shard over", "a larger device")
+    tuned = load_config("maniskill_ppo_from_sft", ["cluster.device_memory_gb=64", "actor.model.is_lora=true", "actor.model.precision=bf16",
+                                                   "actor.model.gradient_checkpointing=true"], plan=False)
+    assert memory_plan(tuned, plan_run(tuned, Resources(num_nodes=1, slots_per_node=2, accelerator="gpu"))).advice == (
+        "more actor ranks to shard over", "offload (actor.fsdp_config.cpu_offload)", "a larger device")
 
 
 def test_a_config_that_cannot_fit_is_refused_before_anything_starts(tmp_path: Path) -> None:
     proc = run_cli_failing("train", "maniskill_ppo_from_sft", "cluster.device_memory_gb=0.001", cwd=tmp_path)
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1 and "node 0 needs at least" in lines[0] and "(cluster.device_memory_gb)" in lines[0]
+    assert len(lines) == 1 and "node 0 needs" in lines[0] and "(cluster.device_memory_gb)" in lines[0]
     assert not (tmp_path / "runs").exists() and "ray session" not in proc.stdout + proc.stderr
     shown = run_cli("plan", "maniskill_ppo_from_sft", cwd=tmp_path)
     assert "actor 0" in shown.stdout and "rollout 0" in shown.stdout and "fits: " in shown.stdout

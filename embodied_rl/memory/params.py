@@ -25,10 +25,13 @@ class ParamCounts:
     total: every parameter (frozen base included); trainable: what gets gradients and optimizer
     state (all of them, or LoRA adapters plus the heads outside the adapted core);
     largest_unit: the biggest block FSDP gathers at once (a decoder layer or ViT block), for the
-    all-gather working set; groups: total per component, for the plan's table."""
+    all-gather working set; root_unit: the parameters outside every separately sharded block
+    (embeddings, output head, stems), which FSDP's root keeps gathered from the forward through
+    the backward; groups: total per component, for the plan's table."""
     total: int
     trainable: int
     largest_unit: int
+    root_unit: int = 0
     groups: Mapping[str, int] = field(default_factory=dict)
 
 
@@ -78,8 +81,9 @@ def lora_parameter_count(shapes: Shapes, targets: Iterable[str], rank: int) -> i
     return count
 
 
-def largest_block(shapes: Shapes, block_markers: Iterable[str] = (".layers.", ".blocks.")) -> int:
-    """Parameters of the largest repeated block (tensors sharing the prefix up to a block index)."""
+def repeated_blocks(shapes: Shapes, block_markers: Iterable[str] = (".layers.", ".blocks.")) -> dict[str, int]:
+    """Parameters per repeated block (tensors sharing the prefix up to a block index): the units
+    FSDP gathers one at a time."""
     blocks: dict[str, int] = {}
     for name, shape in shapes.items():
         for marker in block_markers:
@@ -88,7 +92,12 @@ def largest_block(shapes: Shapes, block_markers: Iterable[str] = (".layers.", ".
                 key = head + marker + tail.split(".", 1)[0]
                 blocks[key] = blocks.get(key, 0) + math.prod(shape)
                 break
-    return max(blocks.values(), default=0)
+    return blocks
+
+
+def largest_block(shapes: Shapes, block_markers: Iterable[str] = (".layers.", ".blocks.")) -> int:
+    """Parameters of the largest repeated block."""
+    return max(repeated_blocks(shapes, block_markers).values(), default=0)
 
 
 def linear_count(*dims: int, bias_last: bool = True) -> int:

@@ -3,11 +3,12 @@
 What is forecast is each process's model state, exact in parameter counts (ParamCounts, from the
 checkpoint's headers): an actor rank's fp32 master weights, gradients and Adam state per FSDP
 shard, the all-gather working set of its compute dtype, and a rollout worker's policy copy and KL
-reference; and an actor rank's activations for one micro-batch, counted exactly by running the
-policy's training forward on fake tensors (models/activations.py). The Python/torch runtime of
-each process, the rollout's inference working set and the simulators are not forecast, so the
-plan is a lower bound: a run whose forecast exceeds a device's memory cannot fit, and is refused
-before Ray starts; one under it may still run out.
+reference; an actor rank's activations for one micro-batch, counted exactly by running the
+policy's training forward on fake tensors (models/activations.py); and on CPU nodes, the freed
+memory the C allocator keeps in an actor rank's heap (measured, cpu_heap_retention). The
+Python/torch runtime of each process, the rollout's inference working set and the simulators are
+not forecast, so a run under the forecast may still run out; one over it is refused before Ray
+starts.
 
 Devices: each GPU on GPU nodes (the processes placed on its slot); on CPU nodes, each node's
 memory, shared by all its slots' processes. Capacity: `cluster.device_memory_gb` when set (to plan
@@ -54,13 +55,14 @@ def _shard_factor(strategy: str, world: int) -> int:
 def actor_terms(counts: ParamCounts, *, world: int, strategy: str, param_dtype: str) -> dict[str, int]:
     """Model-state bytes of one actor rank (FSDP2): master weights, gradients and Adam state
     sharded over `world` ranks (replicated with no_shard), and the parameters gathered in the
-    compute dtype: the block in use and the one prefetched (full_shard), or the whole model kept
+    compute dtype: the root unit (which FSDP keeps gathered from the forward through the
+    backward) with the block in use and the one prefetched (full_shard), or the whole model kept
     gathered between forward and backward (shard_grad_op, and no_shard in a compute dtype other
     than fp32)."""
     shard = _shard_factor(strategy, world)
     b = DTYPE_BYTES[param_dtype]
     if strategy == "full_shard":
-        gathered = 2 * counts.largest_unit * b
+        gathered = (counts.root_unit + 2 * counts.largest_unit) * b
     elif strategy == "shard_grad_op" or param_dtype != "fp32":
         gathered = counts.total * b
     else:
@@ -69,6 +71,16 @@ def actor_terms(counts: ParamCounts, *, world: int, strategy: str, param_dtype: 
             "gradients": math.ceil(counts.trainable * MASTER_BYTES / shard),
             "optimizer": math.ceil(ADAM_STATES * counts.trainable * MASTER_BYTES / shard),
             "gathered": gathered}
+
+
+def cpu_heap_retention(terms: dict[str, int]) -> int:
+    """What glibc's heap holds beyond the live tensors of a CPU actor rank in steady training.
+    Each micro-batch frees its activations after its backward and the next one allocates them
+    again in other places; the heap keeps the pages. Measured on the small preset (46M parameters:
+    full and LoRA, fp32 and bf16, 1 and 2 ranks; benchmarks/memory_forecast.py), the peak RSS
+    exceeded the live tensors by about two micro-batches' activations plus the gathered
+    parameters (0.92-1.09x of the forecast with this term)."""
+    return 2 * terms.get("activations", 0) + terms.get("gathered", 0)
 
 
 def rollout_terms(counts: ParamCounts, *, precision: str, separate_reference: bool) -> dict[str, int]:
@@ -104,6 +116,8 @@ class MemoryPlan:
     capacity: int | None
     capacity_source: str
     notes: list[str]
+    #: What would lower the forecast, among the settings this config does not use yet.
+    advice: tuple[str, ...] = ()
 
     def per_device(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -114,7 +128,7 @@ class MemoryPlan:
     def table(self) -> str:
         """The plan as text: per process its terms, per device the sum against the capacity."""
         gib = _gib
-        lines = ["process          device     " + "forecast GiB (lower bound: model states, actor activations)"]
+        lines = ["process          device     " + "forecast GiB (model states, actor activations; on CPUs the actor's heap)"]
         for p in self.processes:
             terms = ", ".join(f"{k} {gib(v)}" for k, v in p.terms.items())
             host = f"; offloaded to host: {', '.join(f'{k} {gib(v)}' for k, v in p.host.items())}" if p.host else ""
@@ -156,6 +170,10 @@ def memory_plan(cfg: RootConfig, plan: RunPlan) -> MemoryPlan:
             terms["activations"] = found
         else:
             notes.append(f"actor activations not forecast: {found}")
+        if not gpu:
+            terms["cpu_heap"] = cpu_heap_retention(terms)
+            notes.append("cpu_heap: freed tensors the C allocator keeps in a CPU actor's heap, measured at about two "
+                         "micro-batches' activations plus the gathered parameters (benchmarks/memory_forecast.py)")
         host = {}
         if fsdp.cpu_offload and gpu:
             host = {k: terms.pop(k) for k in ("weights", "gradients", "optimizer")}
@@ -165,12 +183,27 @@ def memory_plan(cfg: RootConfig, plan: RunPlan) -> MemoryPlan:
         terms = rollout_terms(counts, precision=cfg.actor.model.precision, separate_reference=separate)
         processes += [ProcessForecast("rollout", r, device_of(s), dict(terms))
                       for r, s in enumerate(plan.placement["rollout"].process_slots)]
-    return MemoryPlan(processes, capacity, source, notes)
+    return MemoryPlan(processes, capacity, source, notes, _advice(cfg, gpu))
+
+
+def _advice(cfg: RootConfig, gpu: bool) -> tuple[str, ...]:
+    m, fsdp = cfg.actor.model, cfg.actor.fsdp_config
+    out = []
+    if not m.is_lora:
+        out.append("LoRA (actor.model.is_lora)")
+    if fsdp.mixed_precision.param_dtype == "fp32" or m.precision == "fp32":
+        out.append("bf16 (actor.model.precision, actor.fsdp_config.mixed_precision.param_dtype)")
+    if not m.gradient_checkpointing:
+        out.append("gradient checkpointing (actor.model.gradient_checkpointing)")
+    out.append("more actor ranks to shard over")
+    if gpu and not fsdp.cpu_offload:
+        out.append("offload (actor.fsdp_config.cpu_offload)")
+    return (*out, "a larger device")
 
 
 def check_fits(mp: MemoryPlan) -> None:
     """ConfigError naming the fullest device, its forecast and largest terms, when a device's
-    forecast lower bound exceeds its capacity."""
+    forecast exceeds its capacity."""
     if mp.capacity is None:
         return
     for device, total in sorted(mp.per_device().items(), key=lambda kv: -kv[1]):
@@ -182,6 +215,6 @@ def check_fits(mp: MemoryPlan) -> None:
                 for k, v in p.terms.items():
                     terms[f"{p.component} {k}"] = terms.get(f"{p.component} {k}", 0) + v
         top = ", ".join(f"{k} {_gib(v)}" for k, v in sorted(terms.items(), key=lambda kv: -kv[1])[:3])
-        raise ConfigError(f"{device} needs at least {_gib(total)} GiB for model states and activations ({top} GiB), more than its "
-                          f"{_gib(mp.capacity)} GiB ({mp.capacity_source}); use LoRA (actor.model.is_lora), bf16, more actor ranks "
-                          "to shard over, actor.fsdp_config.cpu_offload, or a larger device (`embodied-rl plan` shows the table)")
+        raise ConfigError(f"{device} needs {_gib(total)} GiB by the memory plan (largest: {top} GiB), more than its "
+                          f"{_gib(mp.capacity)} GiB ({mp.capacity_source}); what lowers it: {', '.join(mp.advice or ('a larger device',))} "
+                          "(`embodied-rl plan` shows the table)")

@@ -15,6 +15,7 @@ from embodied_rl.memory.params import (
     linear_count,
     lora_parameter_count,
     numel,
+    repeated_blocks,
 )
 
 if TYPE_CHECKING:
@@ -48,4 +49,4 @@ def parameter_counts(cfg: OpenVLAOFTConfig) -> ParamCounts | None:
         groups["lora"] = lora
     total = numel(core) + lora + heads
     return ParamCounts(total=total, trainable=lora + heads if cfg.is_lora else total,
-                       largest_unit=largest_block(core), groups={k: v for k, v in groups.items() if v})
+                       largest_unit=largest_block(core), root_unit=numel(core) - sum(repeated_blocks(core).values()), groups={k: v for k, v in groups.items() if v})
