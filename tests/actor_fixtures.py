@@ -96,6 +96,8 @@ def fsdp_facts(w: ActorWorker) -> dict:
             "reshard_after_forward": group.post_forward_mesh_info is not None,
             "placements": [type(x).__name__ for x in p.placements],
             "buffer_dtypes": {b.dtype for b in w.policy.buffers() if b.is_floating_point()},
+            "stored": {kind: {q.dtype for q in w.policy.parameters() if q.requires_grad == (kind == "trainable")}
+                       for kind in ("trainable", "frozen")},
             "local_fraction": round(sum(q.to_local().numel() for q in w.policy.parameters()) / sum(q.numel() for q in w.policy.parameters()), 1)}
 
 

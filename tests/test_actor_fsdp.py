@@ -238,6 +238,10 @@ def test_bad_batch_sizes_are_one_line_errors():
     (("actor.fsdp_config.sharding_strategy=shard_grad_op", "actor.fsdp_config.mixed_precision.param_dtype=bf16"),
      {"param_dtype": torch.bfloat16, "reshard_after_forward": False, "placements": ["Shard"]}),
     (("actor.fsdp_config.sharding_strategy=no_shard",), {"placements": ["Replicate", "Shard"], "local_fraction": 1.0}),
+    # LoRA in bf16: the frozen base is stored in bf16 (no fp32 master), the adapters and heads in fp32
+    ((*LORA, "actor.fsdp_config.mixed_precision.param_dtype=bf16"),
+     {"param_dtype": torch.bfloat16, "stored": {"trainable": {torch.float32}, "frozen": {torch.bfloat16}}}),
+    (LORA, {"stored": {"trainable": {torch.float32}, "frozen": {torch.float32}}}),
 ])
 def test_fsdp_config_keys_take_effect(actor_hosts, model_dir, overrides, expect):
     with ActorGroup(actor_hosts, actor_config(model_dir, *overrides), 2) as group:

@@ -74,10 +74,11 @@ def test_sharded_checkpoints_and_lora_shapes(tmp_path: Path) -> None:
 
 def test_actor_and_rollout_terms_by_hand() -> None:
     c = ParamCounts(total=1000, trainable=100, largest_unit=50, root_unit=120, groups={"core": 900, "value_head": 100})
-    # fp32 master weights, gradients and 2 Adam states sharded over 4 ranks; bf16 gathered: the
+    # fp32 masters of the trainable weights (frozen ones in bf16), gradients and 2 Adam states
+    # sharded over 4 ranks; bf16 gathered: the
     # root unit (kept from forward to backward) and 2 blocks
     assert actor_terms(c, world=4, strategy="full_shard", param_dtype="bf16") == {
-        "weights": 1000, "gradients": 100, "optimizer": 200, "gathered": (120 + 2 * 50) * 2}
+        "weights": (100 * 4 + 900 * 2) // 4, "gradients": 100, "optimizer": 200, "gathered": (120 + 2 * 50) * 2}
     # shard_grad_op keeps the whole model gathered from forward to backward
     assert actor_terms(c, world=2, strategy="shard_grad_op", param_dtype="fp32") == {
         "weights": 2000, "gradients": 200, "optimizer": 400, "gathered": 4000}

@@ -53,8 +53,8 @@ def _shard_factor(strategy: str, world: int) -> int:
 
 
 def actor_terms(counts: ParamCounts, *, world: int, strategy: str, param_dtype: str) -> dict[str, int]:
-    """Model-state bytes of one actor rank (FSDP2): master weights, gradients and Adam state
-    sharded over `world` ranks (replicated with no_shard), and the parameters gathered in the
+    """Model-state bytes of one actor rank (FSDP2): weights (fp32 masters of the trainable ones,
+    frozen ones in the compute dtype), gradients and Adam state sharded over `world` ranks (replicated with no_shard), and the parameters gathered in the
     compute dtype: the root unit (which FSDP keeps gathered from the forward through the
     backward) with the block in use and the one prefetched (full_shard), or the whole model kept
     gathered between forward and backward (shard_grad_op, and no_shard in a compute dtype other
@@ -67,7 +67,8 @@ def actor_terms(counts: ParamCounts, *, world: int, strategy: str, param_dtype: 
         gathered = counts.total * b
     else:
         gathered = 0
-    return {"weights": math.ceil(counts.total * MASTER_BYTES / shard),
+    frozen = counts.total - counts.trainable  # kept in the compute dtype (workers/actor/fsdp.py store_frozen_in)
+    return {"weights": math.ceil((counts.trainable * MASTER_BYTES + frozen * b) / shard),
             "gradients": math.ceil(counts.trainable * MASTER_BYTES / shard),
             "optimizer": math.ceil(ADAM_STATES * counts.trainable * MASTER_BYTES / shard),
             "gathered": gathered}

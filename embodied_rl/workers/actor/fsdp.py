@@ -131,9 +131,26 @@ def apply_fsdp2(policy: nn.Module, fsdp_cfg, world_size: int, device: torch.devi
     return policy
 
 
+def store_frozen_in(policy: nn.Module, dtype: torch.dtype) -> None:
+    """Frozen parameters (the base under LoRA) in the compute dtype: they never update, so they need
+    no fp32 master copy, and FSDP gathers them in that dtype anyway. Halves a bf16 LoRA actor's
+    weights; trainable parameters keep fp32 masters. Ties between modules are kept."""
+    if dtype == torch.float32:
+        return
+    cast: dict[int, nn.Parameter] = {}
+    for module in policy.modules():
+        for name, p in list(module._parameters.items()):
+            if p is None or p.requires_grad or not p.is_floating_point() or p.dtype == dtype:
+                continue
+            if id(p) not in cast:
+                cast[id(p)] = nn.Parameter(p.detach().to(dtype), requires_grad=False)
+            module._parameters[name] = cast[id(p)]
+
+
 def build_sharded_policy(model_cfg, fsdp_cfg, *, rank: int, world_size: int, device: torch.device, init_seed: int,
                          warn_untrained_value_head: bool) -> nn.Module:
-    """The policy of `model_cfg` in fp32, sharded with apply_fsdp2, without a full copy on any
+    """The policy of `model_cfg` with fp32 trainable weights (frozen ones in the compute dtype:
+    store_frozen_in), sharded with apply_fsdp2, without a full copy on any
     accelerator and with one full copy in host memory on rank 0 only. Collective.
 
     Every rank builds the module tree on the meta device (policy `skeleton`), shards it and
@@ -144,6 +161,7 @@ def build_sharded_policy(model_cfg, fsdp_cfg, *, rank: int, world_size: int, dev
     identical to building the whole policy on each rank and sharding it. Non-persistent buffers
     (RoPE frequencies) come from the skeleton, computed as from_checkpoint computes them."""
     policy = policy_class(model_cfg.model_type).skeleton(model_cfg.model_path, model_cfg, device=device, dtype=torch.float32)
+    store_frozen_in(policy, check_precision(fsdp_cfg, device)[0])
     computed = {name: buf.detach().clone() for name, buf in policy.named_buffers() if not buf.is_meta}
     apply_fsdp2(policy, fsdp_cfg, world_size, device)
     policy.to_empty(device=torch.device("cpu") if fsdp_cfg.cpu_offload else device)

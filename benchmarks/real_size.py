@@ -1,0 +1,127 @@
+"""The real-size OpenVLA-OFT on this CPU: the memory plan's verdict, the checkpoint written and read
+back through the official loader, and one rollout forward, each with its wall time and peak memory.
+
+The `openvla-7b` preset (DINOv2 ViT-L + SigLIP So400m, Llama-2-7B; 7.67B parameters with the
+proprio projector) is created with random weights in bf16 for two 224 px cameras and an 8-d
+proprio state, as LIBERO runs it, and written in the official layout (config.json, safetensors
+shards with an index, tokenizer, dataset statistics). Then, each stage in a fresh process so that
+its peak RSS is its own:
+
+  plan     `embodied-rl plan libero_grpo_tiny` on that checkpoint with LoRA rank 32, bf16 and
+           gradient checkpointing, one sample per micro-batch: the table and whether it fits
+           this machine (the CLI as a user runs it);
+  reload   OpenVLAOFTPolicy.from_checkpoint in bf16 (the rollout worker's loader);
+  forward  one `predict` on one observation (both cameras, proprio), sampled as in RL, against
+           the plan's rollout term (the policy in bf16).
+
+The actor's LoRA update is not run when the plan refuses it (fp32 master weights of the frozen
+base alone exceed this machine's memory); the plan's table says what it would take.
+
+    python benchmarks/real_size.py [--out DIR] [--keep] [--preset openvla-7b] [--image-size 224]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch.multiprocessing as mp
+
+REPO = Path(__file__).resolve().parents[1]
+GIB = 2**30
+
+
+def _peak_gib() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) * 1024 / GIB
+
+
+def _create(rank: int, preset: str, path: str, image_size: int, out: dict) -> None:
+    from embodied_rl.models.create import create_model
+
+    t = time.perf_counter()
+    made = create_model(preset, path, image_size=image_size, num_images=2, use_proprio=True, proprio_dim=8, precision="bf16")
+    out.update(seconds=time.perf_counter() - t, peak=_peak_gib(), params=made.num_parameters)
+
+
+def _forward(rank: int, path: str, image_size: int, out: dict) -> None:
+    import numpy as np
+    import torch
+
+    from embodied_rl.config.schema.model import model_config
+    from embodied_rl.models.openvla_oft.policy import OpenVLAOFTPolicy
+    from embodied_rl.types import EnvObservation
+
+    cfg = model_config("openvla_oft", model_path=path, num_images_in_input=2, use_proprio=True, proprio_dim=8, precision="bf16")
+    t = time.perf_counter()
+    policy = OpenVLAOFTPolicy.from_checkpoint(path, cfg, dtype=torch.bfloat16, warn_untrained_value_head=False).eval()
+    mapped = time.perf_counter() - t
+    # safetensors maps the files: read every page now, so that the forward times compute alone
+    touched = sum(float(p.detach().reshape(-1)[::2048].float().sum()) for p in policy.parameters())
+    out.update(reload_seconds=time.perf_counter() - t, mapped_seconds=mapped, reload_peak=_peak_gib(), touched=touched)
+    rng = np.random.default_rng(0)
+    obs = EnvObservation(main_images=rng.integers(0, 256, (1, image_size, image_size, 3), dtype=np.uint8),
+                         wrist_images=rng.integers(0, 256, (1, image_size, image_size, 3), dtype=np.uint8),
+                         states=rng.standard_normal((1, 8)).astype(np.float32), task_descriptions=["put the bowl on the plate"])
+    inputs = policy.prepare_inputs(obs)
+    seconds = []
+    for _ in range(2):  # the first forward also pays one-time kernel set-up
+        t = time.perf_counter()
+        with torch.no_grad():
+            pred = policy.predict(inputs, do_sample=True, temperature=1.0, compute_values=False,
+                                  generator=torch.Generator().manual_seed(0))
+        seconds.append(time.perf_counter() - t)
+    out.update(forward_seconds=seconds, forward_peak=_peak_gib(), actions=tuple(pred.actions.shape),
+               finite=bool(torch.isfinite(pred.actions).all()))
+
+
+def _spawn(fn, *args) -> dict:
+    with mp.Manager() as manager:
+        out = manager.dict()
+        mp.start_processes(fn, args=(*args, out), nprocs=1, start_method="spawn")
+        return dict(out)
+
+
+def _plan(path: str, image_size: int) -> tuple[int, str]:
+    cmd = [sys.executable, "-m", "embodied_rl.cli", "plan", "libero_grpo_tiny", f"actor.model.model_path={path}",
+           "actor.model.create_preset=null", "actor.model.is_lora=true", "actor.model.lora_rank=32", "actor.model.precision=bf16",
+           "actor.model.gradient_checkpointing=true", "actor.micro_batch_size=1",
+           *(f"env.{s}.init_params.camera_{d}={image_size}" for s in ("train", "eval") for d in ("heights", "widths"))]
+    done = subprocess.run(cmd, check=False, cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    return done.returncode, (done.stdout + done.stderr).strip()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=None, help="checkpoint directory (default: a temporary one, removed at the end)")
+    ap.add_argument("--keep", action="store_true", help="keep the checkpoint")
+    ap.add_argument("--preset", default="openvla-7b")
+    ap.add_argument("--image-size", type=int, default=224)
+    args = ap.parse_args()
+    root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="real_size_"))
+    path = str(root / args.preset)
+    try:
+        made = _spawn(_create, args.preset, path, args.image_size)
+        size = sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()) / GIB
+        print(f"create + write: {made['params']:,} parameters, {size:.2f} GiB on disk, {made['seconds']:.0f} s, "
+              f"peak RSS {made['peak']:.2f} GiB", flush=True)
+        code, text = _plan(path, args.image_size)
+        print(f"plan (exit {code}):\n{text}", flush=True)
+        ran = _spawn(_forward, path, args.image_size)
+        print(f"reload (official loader, bf16): {ran['reload_seconds']:.0f} s with every page read ({ran['mapped_seconds']:.0f} s "
+              f"to map), peak RSS {ran['reload_peak']:.2f} GiB", flush=True)
+        first, second = ran["forward_seconds"]
+        print(f"forward (one observation, 2 cameras at {args.image_size} px, sampled): {first:.0f} s, then {second:.0f} s; "
+              f"peak RSS {ran['forward_peak']:.2f} GiB, actions {ran['actions']}, finite {ran['finite']}", flush=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
