@@ -125,6 +125,11 @@ def test_a_config_that_cannot_fit_is_refused_before_anything_starts(tmp_path: Pa
     assert "actor 0" in shown.stdout and "rollout 0" in shown.stdout and "fits: " in shown.stdout
     refused = run_cli_failing("plan", "maniskill_ppo_from_sft", "cluster.device_memory_gb=0.001", cwd=tmp_path)
     assert refused.returncode == 2 and "actor 0" in refused.stdout  # the table, then the one-line refusal
+    # a machine you are not on: 8 GPUs of 24 GiB, one actor and one rollout rank on each
+    gpus = run_cli("plan", "maniskill_ppo_from_sft", "--gpus", "8", "cluster.device_memory_gb=24", cwd=tmp_path)
+    assert "actor 7          GPU 7" in gpus.stdout and "GPU 7: " in gpus.stdout and "cpu_heap" not in gpus.stdout
+    no_memory = run_cli_failing("plan", "maniskill_ppo_from_sft", "--gpus", "8", cwd=tmp_path)
+    assert no_memory.returncode == 2 and "error: --gpus 8 plans for GPUs that are not here" in no_memory.stderr
     # a model create_preset has not made yet, and SFT demos not recorded yet: said, nothing claimed
     unknown = run_cli("plan", "maniskill_sft_tiny", cwd=tmp_path)
     assert "no checkpoint to count yet" in unknown.stdout and "not checked: nothing forecast" in unknown.stdout

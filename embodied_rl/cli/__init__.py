@@ -138,19 +138,42 @@ def eval_cmd(ns: argparse.Namespace) -> int | None:
     return compare(cfg, sources)
 
 
-@command("plan", "print the memory plan of a config per device, and whether it fits (same arguments as train)", add_config_args)
+def add_plan_args(parser: argparse.ArgumentParser) -> None:
+    add_config_args(parser)
+    parser.add_argument("--gpus", type=int, default=None, metavar="N",
+                        help="plan for nodes of N GPUs each (cluster.num_nodes of them) instead of this machine; "
+                             "give cluster.device_memory_gb for their memory")
+
+
+@command("plan", "print the memory plan of a config per device, and whether it fits (same arguments as train)", add_plan_args)
 def plan_cmd(ns: argparse.Namespace) -> int | None:
     from embodied_rl.config.plan import plan_run
+    from embodied_rl.configure import load_config
     from embodied_rl.demos.checks import MissingDemosError
-    from embodied_rl.distributed.resources import detect_resources
+    from embodied_rl.distributed.resources import Resources, detect_resources
+    from embodied_rl.errors import ConfigError
     from embodied_rl.memory.plan import check_fits, memory_plan
 
+    resources = None
+    if ns.gpus is not None:
+        if ns.gpus < 1:
+            raise ConfigError(f"--gpus {ns.gpus}: give the GPUs per node, >= 1")
+        name, overrides = split_config_args(ns.args)
+        nodes = load_config(name, overrides, plan=False).cluster.num_nodes
+        resources = Resources(nodes, ns.gpus, "gpu", source=f"--gpus {ns.gpus}")
+
+    def load(skip: tuple[str, ...]):
+        name, overrides = split_config_args(ns.args)
+        return load_config(name, overrides, skip=skip, resources=resources)
+
     try:
-        cfg = _load(ns, skip=("fits",))  # the table is printed for a config that does not fit, too
+        cfg = load(("fits",))  # the table is printed for a config that does not fit, too
     except MissingDemosError as err:  # as print-config: demos not recorded yet do not change the plan
-        cfg = _load(ns, skip=("fits", "sft_data"))
+        cfg = load(("fits", "sft_data"))
         print(f"note: {err}", file=sys.stderr)
-    forecast = memory_plan(cfg, plan_run(cfg, detect_resources(cfg.cluster)))
+    if resources is not None and cfg.cluster.device_memory_gb is None:
+        raise ConfigError(f"--gpus {ns.gpus} plans for GPUs that are not here: give their memory with cluster.device_memory_gb=GIB")
+    forecast = memory_plan(cfg, plan_run(cfg, resources or detect_resources(cfg.cluster)))
     print(forecast.table())
     check_fits(forecast)  # a ConfigError: one line, exit 2, as at the start of a run
     print("fits: every device's forecast is within its memory" if forecast.processes else "not checked: nothing forecast")
