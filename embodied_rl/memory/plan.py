@@ -80,7 +80,7 @@ def cpu_heap_retention(terms: dict[str, int]) -> int:
     again in other places; the heap keeps the pages. Measured on the small preset (46M parameters:
     full and LoRA, fp32 and bf16, 1 and 2 ranks; benchmarks/memory_forecast.py), the peak RSS
     exceeded the live tensors by about two micro-batches' activations plus the gathered
-    parameters (0.92-1.09x of the forecast with this term)."""
+    parameters (0.82-1.09x of the forecast with this term; LoRA in bf16 the lowest)."""
     return 2 * terms.get("activations", 0) + terms.get("gathered", 0)
 
 
