@@ -1,7 +1,7 @@
 """The real-size OpenVLA-OFT on this CPU: the memory plan's verdict, the checkpoint written and read
 back through the official loader, and one rollout forward, each with its wall time and peak memory.
 
-The `openvla-7b` preset (DINOv2 ViT-L + SigLIP So400m, Llama-2-7B; 7.67B parameters with the
+The `openvla-7b` preset (DINOv2 ViT-L + SigLIP So400m, Llama-2-7B; 7.56B parameters with the
 proprio projector) is created with random weights in bf16 for two 224 px cameras and an 8-d
 proprio state, as LIBERO runs it, and written in the official layout (config.json, safetensors
 shards with an index, tokenizer, dataset statistics). Then, each stage in a fresh process so that
@@ -14,8 +14,8 @@ its peak RSS is its own:
   forward  one `predict` on one observation (both cameras, proprio), sampled as in RL, against
            the plan's rollout term (the policy in bf16).
 
-The actor's LoRA update is not run when the plan refuses it (fp32 master weights of the frozen
-base alone exceed this machine's memory); the plan's table says what it would take.
+The actor's LoRA update is not run: the plan refuses it on a 24 GB machine (an actor rank's
+weights and a rollout worker's policy copy, 14 GiB each in bf16); its table says what it takes.
 
     python benchmarks/real_size.py [--out DIR] [--keep] [--preset openvla-7b] [--image-size 224]
 """

@@ -78,11 +78,12 @@ def split_config_args(args: Sequence[str], default: str | None = None) -> tuple[
     return default or DEFAULT_EXPERIMENT, list(args)
 
 
-def _load(ns: argparse.Namespace, extra: Sequence[str] = (), default: str | None = None, skip: Sequence[str] = ()):
+def _load(ns: argparse.Namespace, extra: Sequence[str] = (), default: str | None = None, skip: Sequence[str] = (),
+          resources=None):
     from embodied_rl.configure import load_config
 
     name, overrides = split_config_args(ns.args, default)
-    return load_config(name, [*overrides, *extra], skip=skip)
+    return load_config(name, [*overrides, *extra], skip=skip, resources=resources)
 
 
 def _claim_run_dir(cfg) -> None:
@@ -155,24 +156,18 @@ def plan_cmd(ns: argparse.Namespace) -> int | None:
     from embodied_rl.memory.plan import check_fits, memory_plan
 
     resources = None
-    if ns.gpus is not None:
+    if ns.gpus is not None:  # GPUs that are not here: their count and memory come from the command
         if ns.gpus < 1:
             raise ConfigError(f"--gpus {ns.gpus}: give the GPUs per node, >= 1")
-        name, overrides = split_config_args(ns.args)
-        nodes = load_config(name, overrides, plan=False).cluster.num_nodes
-        resources = Resources(nodes, ns.gpus, "gpu", source=f"--gpus {ns.gpus}")
-
-    def load(skip: tuple[str, ...]):
-        name, overrides = split_config_args(ns.args)
-        return load_config(name, overrides, skip=skip, resources=resources)
-
+        cluster = load_config(*split_config_args(ns.args), plan=False).cluster  # before sizes derive from the slots
+        if cluster.device_memory_gb is None:
+            raise ConfigError(f"--gpus {ns.gpus} plans for GPUs that are not here: give their memory with cluster.device_memory_gb=GIB")
+        resources = Resources(cluster.num_nodes, ns.gpus, "gpu", source=f"--gpus {ns.gpus}")
     try:
-        cfg = load(("fits",))  # the table is printed for a config that does not fit, too
+        cfg = _load(ns, skip=("fits",), resources=resources)  # the table is printed for a config that does not fit, too
     except MissingDemosError as err:  # as print-config: demos not recorded yet do not change the plan
-        cfg = load(("fits", "sft_data"))
+        cfg = _load(ns, skip=("fits", "sft_data"), resources=resources)
         print(f"note: {err}", file=sys.stderr)
-    if resources is not None and cfg.cluster.device_memory_gb is None:
-        raise ConfigError(f"--gpus {ns.gpus} plans for GPUs that are not here: give their memory with cluster.device_memory_gb=GIB")
     forecast = memory_plan(cfg, plan_run(cfg, resources or detect_resources(cfg.cluster)))
     print(forecast.table())
     check_fits(forecast)  # a ConfigError: one line, exit 2, as at the start of a run

@@ -95,11 +95,6 @@ def repeated_blocks(shapes: Shapes, block_markers: Iterable[str] = (".layers.", 
     return blocks
 
 
-def largest_block(shapes: Shapes, block_markers: Iterable[str] = (".layers.", ".blocks.")) -> int:
-    """Parameters of the largest repeated block."""
-    return max(repeated_blocks(shapes, block_markers).values(), default=0)
-
-
 def linear_count(*dims: int, bias_last: bool = True) -> int:
     """Parameters of an MLP of linear layers dims[0] -> dims[1] -> ... (biases on all but the
     last when bias_last is False)."""

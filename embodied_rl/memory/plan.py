@@ -54,8 +54,8 @@ def _shard_factor(strategy: str, world: int) -> int:
 
 def actor_terms(counts: ParamCounts, *, world: int, strategy: str, param_dtype: str) -> dict[str, int]:
     """Model-state bytes of one actor rank (FSDP2): weights (fp32 masters of the trainable ones,
-    frozen ones in the compute dtype), gradients and Adam state sharded over `world` ranks (replicated with no_shard), and the parameters gathered in the
-    compute dtype: the root unit (which FSDP keeps gathered from the forward through the
+    frozen ones in the compute dtype), gradients and Adam state sharded over `world` ranks
+    (replicated with no_shard), and the parameters gathered in the compute dtype: the root unit (which FSDP keeps gathered from the forward through the
     backward) with the block in use and the one prefetched (full_shard), or the whole model kept
     gathered between forward and backward (shard_grad_op, and no_shard in a compute dtype other
     than fp32)."""

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 from embodied_rl.memory.params import (
     ParamCounts,
     checkpoint_shapes,
-    largest_block,
     linear_count,
     lora_parameter_count,
     numel,
@@ -48,5 +47,7 @@ def parameter_counts(cfg: OpenVLAOFTConfig) -> ParamCounts | None:
     if lora:
         groups["lora"] = lora
     total = numel(core) + lora + heads
+    blocks = repeated_blocks(core)
     return ParamCounts(total=total, trainable=lora + heads if cfg.is_lora else total,
-                       largest_unit=largest_block(core), root_unit=numel(core) - sum(repeated_blocks(core).values()), groups={k: v for k, v in groups.items() if v})
+                       largest_unit=max(blocks.values(), default=0),
+                       root_unit=numel(core) - sum(blocks.values()), groups={k: v for k, v in groups.items() if v})
