@@ -115,6 +115,18 @@ def test_the_plan_sums_each_device_and_names_the_largest_terms() -> None:
         "more actor ranks to shard over", "offload (actor.fsdp_config.cpu_offload)", "a larger device")
 
 
+def test_a_machine_described_by_the_caller_does_not_borrow_this_machines_memory() -> None:
+    """Planning for 64 CPU slots from a 2-core box: its RAM is not the planned node's."""
+    from embodied_rl.config.plan import plan_run
+    from embodied_rl.distributed.resources import Resources
+
+    cfg = load_config("maniskill_ppo_from_sft", plan=False)
+    mp = memory_plan(cfg, plan_run(cfg, Resources(num_nodes=1, slots_per_node=64, accelerator="cpu")))
+    assert mp.capacity is None and "set cluster.device_memory_gb" in mp.capacity_source
+    here = memory_plan(cfg, plan_run(cfg, Resources(1, 2, "cpu", "this machine", local=True)))
+    assert here.capacity_source == "this machine's RAM" and here.capacity > 0
+
+
 def test_a_config_that_cannot_fit_is_refused_before_anything_starts(tmp_path: Path) -> None:
     proc = run_cli_failing("train", "maniskill_ppo_from_sft", "cluster.device_memory_gb=0.001", cwd=tmp_path)
     assert proc.returncode == 2

@@ -11,12 +11,15 @@ from embodied_rl.distributed.resources import Resources, from_totals
 from embodied_rl.errors import ConfigError
 
 MACHINES = [Resources(1, n, "cpu") for n in (2, 4, 16, 64)] + [Resources(1, 8, "gpu"), Resources(4, 8, "gpu")]
+#: Memory of each planned machine, per CPU node or per GPU: 4 GiB a core (8 at least), an 80 GB GPU.
+MEMORY_GB = {"cpu": lambda slots: max(8, 4 * slots), "gpu": lambda slots: 80}
 
 
 @pytest.mark.parametrize("name", available(CONFIG_DIR))
 @pytest.mark.parametrize("res", MACHINES, ids=lambda r: f"{r.num_nodes}x{r.slots_per_node}{r.accelerator}")
 def test_shipped_configs_fit_every_machine(name: str, res: Resources) -> None:
-    cfg = load_config(name, resources=res, skip=("sft_data",))  # SFT demos are recorded by the user
+    memory = f"cluster.device_memory_gb={MEMORY_GB[res.accelerator](res.slots_per_node)}"
+    cfg = load_config(name, [memory], resources=res, skip=("sft_data",))  # SFT demos are recorded by the user
     stages, slots = cfg.rollout.pipeline_stage_num, res.num_slots
     # The shipped configs place every component on every slot: one process of each per slot.
     for env in (cfg.env.train, cfg.env.eval):

@@ -23,7 +23,10 @@ class Resources:
     num_nodes: int
     slots_per_node: int
     accelerator: str  # "cpu" | "gpu"
-    source: str = "this machine"  # for messages: where the numbers come from
+    source: str = "given"  # for messages: where the numbers come from
+    #: Read from this machine or its Ray session, so this machine's RAM is a CPU slot's memory;
+    #: False for a machine described by the caller (planning for a machine you are not on).
+    local: bool = False
 
     def __post_init__(self) -> None:
         if self.accelerator not in ACCELERATORS:
@@ -57,17 +60,18 @@ def local_gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def from_totals(total_cpus: float, total_gpus: float, *, num_nodes: int, num_cpu_slots: int | None, source: str) -> Resources:
+def from_totals(total_cpus: float, total_gpus: float, *, num_nodes: int, num_cpu_slots: int | None, source: str,
+                local: bool = False) -> Resources:
     """Slots from a cluster's resource totals (Ray's table, or this machine's counts)."""
     gpus = int(total_gpus)
     if gpus:
         if gpus % num_nodes:
             raise ConfigError(f"cluster.num_nodes={num_nodes}: {gpus} GPUs ({source}) do not split evenly over the nodes")
-        return Resources(num_nodes, gpus // num_nodes, "gpu", source)
+        return Resources(num_nodes, gpus // num_nodes, "gpu", source, local)
     per_node = num_cpu_slots or max(1, int(total_cpus) // num_nodes)
     if num_cpu_slots is not None and num_cpu_slots < 1:
         raise ConfigError(f"cluster.num_cpu_slots={num_cpu_slots} must be >= 1, or null for the CPU count")
-    return Resources(num_nodes, per_node, "cpu", source)
+    return Resources(num_nodes, per_node, "cpu", source, local)
 
 
 def detect_resources(cluster_cfg) -> Resources:
@@ -84,7 +88,7 @@ def detect_resources(cluster_cfg) -> Resources:
                 "on each node and set cluster.address=<head>:6379 (or $RAY_ADDRESS)"
             )
         return from_totals(local_cpu_count(), local_gpu_count(), num_nodes=1,
-                           num_cpu_slots=cluster_cfg.num_cpu_slots, source="this machine")
+                           num_cpu_slots=cluster_cfg.num_cpu_slots, source="this machine", local=True)
     return _joined_cluster(address, cluster_cfg)
 
 
@@ -108,7 +112,7 @@ def _joined_cluster(address: str, cluster_cfg) -> Resources:
             raise ConfigError(f"cluster.address={address}: no Ray cluster answers there ({str(err).splitlines()[0]}); start one with `ray start --head`") from err
     total = ray.cluster_resources()
     return from_totals(total.get("CPU", 0), total.get("GPU", 0), num_nodes=cluster_cfg.num_nodes,
-                       num_cpu_slots=cluster_cfg.num_cpu_slots, source=f"Ray cluster at {address}")
+                       num_cpu_slots=cluster_cfg.num_cpu_slots, source=f"Ray cluster at {address}", local=True)
 
 
 __all__ = ["Resources", "detect_resources", "from_totals", "ray_address"]

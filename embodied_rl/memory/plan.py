@@ -27,6 +27,7 @@ from embodied_rl.memory.params import ParamCounts
 if TYPE_CHECKING:
     from embodied_rl.config.plan import RunPlan
     from embodied_rl.config.schema import RootConfig
+    from embodied_rl.distributed.resources import Resources
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 MASTER_BYTES = 4  # the actor keeps fp32 master weights, gradients and optimizer state
@@ -94,11 +95,13 @@ def rollout_terms(counts: ParamCounts, *, precision: str, separate_reference: bo
     return terms
 
 
-def device_capacity(cfg: RootConfig, accelerator: str) -> tuple[int | None, str]:
+def device_capacity(cfg: RootConfig, resources: Resources) -> tuple[int | None, str]:
     """(bytes, where the number comes from); None when it cannot be read here."""
     if cfg.cluster.device_memory_gb is not None:
         return int(cfg.cluster.device_memory_gb * GIB), "cluster.device_memory_gb"
-    if accelerator == "gpu":
+    if not resources.local:
+        return None, f"memory of {resources.describe()} not given; set cluster.device_memory_gb"
+    if resources.accelerator == "gpu":
         import torch
 
         if not torch.cuda.is_available():
@@ -148,7 +151,7 @@ def memory_plan(cfg: RootConfig, plan: RunPlan) -> MemoryPlan:
 
     notes: list[str] = ["each process's Python/torch runtime, the rollout's inference working set and the simulators are not forecast"]
     counts = cfg.actor.model.parameter_counts()
-    capacity, source = device_capacity(cfg, plan.resources.accelerator)
+    capacity, source = device_capacity(cfg, plan.resources)
     if counts is None:
         notes.insert(0, f"actor.model.model_path={cfg.actor.model.model_path}: no checkpoint to count yet (model_type "
                         f"{cfg.actor.model.model_type}; created at start from create_preset, or not countable): nothing forecast")
