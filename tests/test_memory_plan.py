@@ -206,3 +206,20 @@ def test_a_flash_attention_config_is_counted_with_the_kernels_this_machine_runs(
     cfg = load_config("maniskill_ppo_from_sft", plan=False)
     flash = dataclasses.replace(cfg.actor.model, attn_implementation="flash_attention_2")
     assert flash.activation_bytes(cfg.env.train, 2, "bf16") == cfg.actor.model.activation_bytes(cfg.env.train, 2, "bf16") > 0
+
+
+def test_plan_imports_no_simulator_and_no_distributed_training_stack(tmp_path: Path) -> None:
+    """`embodied-rl plan` (and the start check it shares) stays a light process: no simulator, and
+    none of the FSDP/DTensor/distributed-checkpoint modules only the actor ranks need (importing
+    those doubled its time; benchmarks/process_start.py measures it)."""
+    import subprocess
+    import sys
+
+    code = ("import json, sys\nfrom embodied_rl.cli import main\n"
+            "code = main(['plan', 'maniskill_ppo_from_sft'])\nprint(json.dumps({'code': code, 'modules': sorted(sys.modules)}))\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["code"] == 0, proc.stderr[-2000:]
+    heavy = ("mani_skill", "sapien", "libero", "robosuite", "torch.distributed.tensor", "torch.distributed.checkpoint",
+             "torch.distributed.fsdp", "ray")
+    assert [m for m in got["modules"] if m.split(".")[0] in heavy or m.startswith(heavy)] == []

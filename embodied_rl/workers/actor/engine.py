@@ -19,8 +19,9 @@ from embodied_rl.distributed.rng import seed_everything
 from embodied_rl.distributed.weight_sync import make_buckets
 from embodied_rl.models.base import BasePolicy
 from embodied_rl.models.registry import PRECISION_DTYPES
-from embodied_rl.workers.actor import checkpoint, fsdp
+from embodied_rl.workers.actor import CRITIC_GROUP, checkpoint, fsdp
 from embodied_rl.workers.actor.batch import minibatch_plan, rank_micro_batches
+from embodied_rl.workers.actor.micro_metrics import extreme
 from embodied_rl.workers.actor.optim import (
     build_optimizer,
     build_scheduler,
@@ -31,7 +32,6 @@ from embodied_rl.workers.actor.optim import (
 
 log = logging.getLogger(__name__)
 
-CRITIC_GROUP = "value_head"  # the optimizer group of the critic's weights (actor/optim.py)
 
 
 class TrainEngine:
@@ -185,16 +185,3 @@ class TrainEngine:
     def shutdown(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-def extreme(name: str) -> str | None:
-    """'max' / 'min' for metrics that are extremes (reduced with max/min, never averaged)."""
-    return "max" if name.endswith("_max") else "min" if name.endswith("_min") else None
-
-
-def combine(name: str, acc: torch.Tensor | None, value: torch.Tensor) -> torch.Tensor:
-    """Accumulate a metric over micro-batches: a sum, or the running extreme."""
-    if acc is None:
-        return value
-    kind = extreme(name)
-    return torch.maximum(acc, value) if kind == "max" else torch.minimum(acc, value) if kind == "min" else acc + value

@@ -14,6 +14,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from embodied_rl.errors import ConfigError
+from embodied_rl.workers.actor import CRITIC_GROUP
 
 #: Parameters whose dotted name contains this component train with `value_lr`.
 VALUE_HEAD_COMPONENT = "value_head"
@@ -35,7 +36,7 @@ def build_param_groups(named_params: Iterable[tuple[str, nn.Parameter]], lr: flo
             (value if is_value_head_param(name) else policy).append(p)
     groups = [
         {"params": policy, "lr": lr, "name": "policy"},
-        {"params": value, "lr": value_lr, "name": "value_head"},
+        {"params": value, "lr": value_lr, "name": CRITIC_GROUP},
     ]
     groups = [g for g in groups if g["params"]]
     if not groups:
@@ -61,8 +62,8 @@ def clip_sets(param_groups: list[dict], critic_apart: bool) -> list[list[nn.Para
     and the value head's apart, so the critic's loss scale never shrinks the policy's step."""
     if not critic_apart:
         return [[p for g in param_groups for p in g["params"]]]
-    return [[p for g in param_groups if g["name"] != "value_head" for p in g["params"]],
-            [p for g in param_groups if g["name"] == "value_head" for p in g["params"]]]
+    return [[p for g in param_groups if g["name"] != CRITIC_GROUP for p in g["params"]],
+            [p for g in param_groups if g["name"] == CRITIC_GROUP for p in g["params"]]]
 
 
 def clip_gradients(sets: list[list[nn.Parameter]], clip: float) -> list[float]:
@@ -125,7 +126,7 @@ def set_lr_scale(scheduler: torch.optim.lr_scheduler.LambdaLR, optim_cfg, scale:
     rates of the run that wrote it; this puts the resuming config's back (a resume with a lower
     actor.optim.lr trains with it), and a health rollback lowers them by its factor."""
     opt = scheduler.optimizer
-    base = [(optim_cfg.value_lr if g["name"] == "value_head" else optim_cfg.lr) * scale for g in opt.param_groups]
+    base = [(optim_cfg.value_lr if g["name"] == CRITIC_GROUP else optim_cfg.lr) * scale for g in opt.param_groups]
     scheduler.base_lrs = base
     step = scheduler.last_epoch
     for group, base_lr, fn in zip(opt.param_groups, base, scheduler.lr_lambdas, strict=True):

@@ -4,21 +4,25 @@ and the critic's replay of earlier value targets (algorithm.critic_replay_steps)
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from embodied_rl.algorithms import compute_actor_critic_loss
 from embodied_rl.algorithms.losses import fit_value_loss
+from embodied_rl.workers.actor import CRITIC_GROUP
 from embodied_rl.workers.actor.batch import (
     check_batch_sizes,
     flatten_batch,
     num_samples,
     select,
 )
-from embodied_rl.workers.actor.engine import CRITIC_GROUP, TrainEngine, combine, extreme
+from embodied_rl.workers.actor.micro_metrics import combine, extreme
 from embodied_rl.workers.actor.updates import UPDATES, Update
 from embodied_rl.workers.actor.value_replay import ValueReplay
+
+if TYPE_CHECKING:
+    from embodied_rl.workers.actor.engine import TrainEngine
 
 
 @UPDATES.register("rl")  # its traits, config.paradigms.RL, are registered there

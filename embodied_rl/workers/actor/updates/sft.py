@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 from embodied_rl.config.paradigms import SFT
-from embodied_rl.workers.actor.engine import CRITIC_GROUP
+from embodied_rl.workers.actor import CRITIC_GROUP
 from embodied_rl.workers.actor.updates import UPDATES, Update
 
 
