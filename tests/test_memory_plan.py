@@ -115,6 +115,27 @@ def test_the_plan_sums_each_device_and_names_the_largest_terms() -> None:
         "more actor ranks to shard over", "offload (actor.fsdp_config.cpu_offload)", "a larger device")
 
 
+def test_actor_rank_0_reads_the_whole_policy_in_fp32_while_setting_up() -> None:
+    """Its set-up peak (every parameter in fp32, before the frozen ones are cast and the shards
+    broadcast) counts where it exceeds its steady terms; on GPU nodes it is host memory, noted."""
+    from embodied_rl.config.plan import plan_run
+    from embodied_rl.distributed.resources import Resources
+    from embodied_rl.memory.plan import rank0_setup_bytes
+
+    cfg = load_config("maniskill_ppo_from_sft", ["cluster.device_memory_gb=64", "actor.model.is_lora=true",
+                                                 "actor.model.precision=bf16"], plan=False)
+    counts = cfg.actor.model.parameter_counts()
+    assert rank0_setup_bytes(counts) == 4 * counts.total
+    mp = memory_plan(cfg, plan_run(cfg, Resources(1, 2, "cpu")))
+    first, second = (p for p in mp.processes if p.component == "actor")
+    assert (first.setup, second.setup) == (4 * counts.total, 0)
+    assert first.total == max(sum(first.terms.values()), first.setup) and "set-up peak" in mp.table()
+    small = dataclasses.replace(first, terms={"weights": 1})
+    assert small.total == first.setup  # a LoRA rank whose steady state is below the fp32 read
+    on_gpus = memory_plan(cfg, plan_run(cfg, Resources(1, 2, "gpu")))
+    assert all(p.setup == 0 for p in on_gpus.processes) and any("host memory while setting up" in n for n in on_gpus.notes)
+
+
 def test_a_machine_described_by_the_caller_does_not_borrow_this_machines_memory() -> None:
     """Planning for 64 CPU slots from a 2-core box: its RAM is not the planned node's."""
     from embodied_rl.config.plan import plan_run

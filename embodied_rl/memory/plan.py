@@ -37,16 +37,18 @@ GIB = 1024 ** 3
 
 @dataclass(frozen=True)
 class ProcessForecast:
-    """One process's forecast bytes by term; `host`: terms offloaded to CPU memory (FSDP cpu_offload)."""
+    """One process's forecast bytes by term; `host`: terms offloaded to CPU memory (FSDP cpu_offload);
+    `setup`: a transient peak before the terms exist (actor rank 0 reading the whole policy)."""
     component: str
     rank: int
     device: str
     terms: dict[str, int]
     host: dict[str, int] = field(default_factory=dict)
+    setup: int = 0
 
     @property
     def total(self) -> int:
-        return sum(self.terms.values())
+        return max(sum(self.terms.values()), self.setup)
 
 
 def _shard_factor(strategy: str, world: int) -> int:
@@ -73,6 +75,13 @@ def actor_terms(counts: ParamCounts, *, world: int, strategy: str, param_dtype: 
             "gradients": math.ceil(counts.trainable * MASTER_BYTES / shard),
             "optimizer": math.ceil(ADAM_STATES * counts.trainable * MASTER_BYTES / shard),
             "gathered": gathered}
+
+
+def rank0_setup_bytes(counts: ParamCounts) -> int:
+    """Actor rank 0's host peak while setting up: it reads the whole policy in fp32 before its
+    frozen weights are cast and the shards are broadcast (workers/actor/fsdp.py
+    build_sharded_policy); the checkpoint's file pages and load buffers come on top."""
+    return counts.total * MASTER_BYTES
 
 
 def cpu_heap_retention(terms: dict[str, int]) -> int:
@@ -136,7 +145,8 @@ class MemoryPlan:
         for p in self.processes:
             terms = ", ".join(f"{k} {gib(v)}" for k, v in p.terms.items())
             host = f"; offloaded to host: {', '.join(f'{k} {gib(v)}' for k, v in p.host.items())}" if p.host else ""
-            lines.append(f"{p.component + ' ' + str(p.rank):<16} {p.device:<10} {gib(p.total)} ({terms}{host})")
+            setup = f"; set-up peak {gib(p.setup)}" if p.setup else ""
+            lines.append(f"{p.component + ' ' + str(p.rank):<16} {p.device:<10} {gib(p.total)} ({terms}{host}{setup})")
         cap = f"{gib(self.capacity)} GiB ({self.capacity_source})" if self.capacity else f"unknown ({self.capacity_source})"
         for device, total in self.per_device().items():
             lines.append(f"{device}: {gib(total)} GiB of {cap}")
@@ -181,7 +191,13 @@ def memory_plan(cfg: RootConfig, plan: RunPlan) -> MemoryPlan:
         host = {}
         if fsdp.cpu_offload and gpu:
             host = {k: terms.pop(k) for k in ("weights", "gradients", "optimizer")}
-        processes += [ProcessForecast("actor", r, device_of(s), dict(terms), host) for r, s in enumerate(slots)]
+        setup = rank0_setup_bytes(counts)
+        if gpu:
+            notes.append(f"actor rank 0 reads the whole policy in fp32 into host memory while setting up: {_gib(setup)} GiB of its node's RAM")
+        else:
+            notes.append("set-up peak: actor rank 0 reads the whole policy in fp32 before sharding it (its file pages come on top)")
+        processes += [ProcessForecast("actor", r, device_of(s), dict(terms), host, setup if r == 0 and not gpu else 0)
+                      for r, s in enumerate(slots)]
     if "rollout" in plan.placement:
         separate = training_rl(cfg) and (cfg.algorithm.kl_beta > 0 or cfg.algorithm.use_kl_loss) and not cfg.actor.model.is_lora
         terms = rollout_terms(counts, precision=cfg.actor.model.precision, separate_reference=separate)

@@ -153,28 +153,34 @@ def build_sharded_policy(model_cfg, fsdp_cfg, *, rank: int, world_size: int, dev
     store_frozen_in), sharded with apply_fsdp2, without a full copy on any
     accelerator and with one full copy in host memory on rank 0 only. Collective.
 
-    Every rank builds the module tree on the meta device (policy `skeleton`), shards it and
-    allocates only its shards (`to_empty`: on the CPU under cpu_offload, else on `device`).
-    Rank 0 alone reads the checkpoint into a CPU policy built as from_checkpoint builds it
-    (random parts seeded by `init_seed`), and torch's `set_model_state_dict(full_state_dict,
-    broadcast_from_rank0)` sends it tensor by tensor, every rank keeping its shard: weights
-    identical to building the whole policy on each rank and sharding it. Non-persistent buffers
-    (RoPE frequencies) come from the skeleton, computed as from_checkpoint computes them."""
+    Rank 0 first reads the checkpoint into a CPU policy built as from_checkpoint builds it (random
+    parts seeded by `init_seed`, all in fp32) and casts its frozen weights to the compute dtype,
+    keeping only the state dict: its host peak is the fp32 build, not the build beside its shards.
+    Then every rank builds the module tree on the meta device (policy `skeleton`), shards it and
+    allocates only its shards (`to_empty`: on the CPU under cpu_offload, else on `device`), and
+    torch's `set_model_state_dict(full_state_dict, broadcast_from_rank0)` sends rank 0's tensors
+    one by one, every rank keeping its shard: weights identical to building the whole policy on
+    each rank and sharding it. Non-persistent buffers (RoPE frequencies) come from the skeleton,
+    computed as from_checkpoint computes them."""
+    param_dtype = check_precision(fsdp_cfg, device)[0]
+    full: dict[str, torch.Tensor] = {}
+    if rank == 0:
+        torch.manual_seed(init_seed)  # as the eager build: the random parts (value head, LoRA) match it
+        # Built on the CPU: flash-attn cannot run there, and the kernel plays no part in the weights.
+        cpu = torch.device("cpu")
+        whole = build_policy(with_runnable_attention(model_cfg, cpu), device=cpu, dtype=torch.float32, init_seed=init_seed,
+                             warn_untrained_value_head=warn_untrained_value_head)
+        store_frozen_in(whole, param_dtype)  # the fp32 copies go now, before the shards are allocated
+        full = whole.state_dict()
+        del whole
     policy = policy_class(model_cfg.model_type).skeleton(model_cfg.model_path, model_cfg, device=device, dtype=torch.float32)
-    store_frozen_in(policy, check_precision(fsdp_cfg, device)[0])
+    store_frozen_in(policy, param_dtype)
     computed = {name: buf.detach().clone() for name, buf in policy.named_buffers() if not buf.is_meta}
     apply_fsdp2(policy, fsdp_cfg, world_size, device)
     policy.to_empty(device=torch.device("cpu") if fsdp_cfg.cpu_offload else device)
     for name, buf in computed.items():  # to_empty left them uninitialised
         owner, _, attr = name.rpartition(".")
         setattr(policy.get_submodule(owner), attr, buf.to(getattr(policy.get_submodule(owner), attr).device))
-    full: dict[str, torch.Tensor] = {}
-    if rank == 0:
-        torch.manual_seed(init_seed)  # as the eager build: the random parts (value head, LoRA) match it
-        # Built on the CPU: flash-attn cannot run there, and the kernel plays no part in the weights.
-        cpu = torch.device("cpu")
-        full = build_policy(with_runnable_attention(model_cfg, cpu), device=cpu, dtype=torch.float32, init_seed=init_seed,
-                            warn_untrained_value_head=warn_untrained_value_head).state_dict()
     set_model_state_dict(policy, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
     del full
     if device.type == "cuda":
