@@ -12,12 +12,19 @@ its peak RSS is its own:
            this machine (the CLI as a user runs it);
   reload   OpenVLAOFTPolicy.from_checkpoint in bf16 (the rollout worker's loader);
   forward  one `predict` on one observation (both cameras, proprio), sampled as in RL, against
-           the plan's rollout term (the policy in bf16).
-
-The actor's LoRA update is not run: the plan refuses it on a 24 GB machine (an actor rank's
-weights and a rollout worker's policy copy, 14 GiB each in bf16); its table says what it takes.
+           the plan's rollout term (the policy in bf16);
+  backward (with --stages ...,backward; about an hour on this CPU) the largest part of the actor's
+           LoRA update that fits a 24 GB machine: the policy in bf16 with LoRA rank 32 and gradient
+           checkpointing, `evaluate_actions` on one observation's 56 action tokens and the backward
+           of their mean log-prob through the whole trunk (vision, projector, Llama), against the
+           plan's actor terms on one rank. No optimizer step, no FSDP and no fp32 masters: the
+           whole update beside a rollout worker is what the plan refuses on this machine (an actor
+           rank's weights and a rollout worker's policy copy, 14 GiB each in bf16).
 
     python benchmarks/real_size.py [--out DIR] [--keep] [--preset openvla-7b] [--image-size 224]
+                                   [--stages create,plan,forward,backward]
+
+A checkpoint already at --out DIR is reused when `create` is not among the stages.
 """
 from __future__ import annotations
 
@@ -34,6 +41,7 @@ import torch.multiprocessing as mp
 
 REPO = Path(__file__).resolve().parents[1]
 GIB = 2**30
+STAGES = ("create", "plan", "forward", "backward")
 
 
 def _peak_gib() -> float:
@@ -80,6 +88,39 @@ def _forward(rank: int, path: str, image_size: int, out: dict) -> None:
                finite=bool(torch.isfinite(pred.actions).all()))
 
 
+def _backward(rank: int, path: str, image_size: int, out: dict) -> None:
+    import numpy as np
+    import torch
+
+    from embodied_rl.config.schema.model import model_config
+    from embodied_rl.models.openvla_oft.policy import OpenVLAOFTPolicy
+    from embodied_rl.types import EnvObservation
+
+    cfg = model_config("openvla_oft", model_path=path, num_images_in_input=2, use_proprio=True, proprio_dim=8, precision="bf16",
+                       is_lora=True, lora_rank=32, gradient_checkpointing=True)
+    t = time.perf_counter()
+    policy = OpenVLAOFTPolicy.from_checkpoint(path, cfg, dtype=torch.bfloat16, warn_untrained_value_head=False).train()
+    out.update(build_seconds=time.perf_counter() - t, build_peak=_peak_gib())
+    rng = np.random.default_rng(0)
+    obs = EnvObservation(main_images=rng.integers(0, 256, (1, image_size, image_size, 3), dtype=np.uint8),
+                         wrist_images=rng.integers(0, 256, (1, image_size, image_size, 3), dtype=np.uint8),
+                         states=rng.standard_normal((1, 8)).astype(np.float32), task_descriptions=["put the bowl on the plate"])
+    inputs = policy.prepare_inputs(obs)
+    # Any stored tokens re-score: random bins stand in for a rollout's (its forward is the stage above).
+    tokens = torch.from_numpy(rng.integers(0, 256, (1, cfg.num_action_chunks * cfg.action_dim))).long()
+    t = time.perf_counter()
+    scored = policy.evaluate_actions(inputs, tokens, temperature=1.0, compute_values=False)
+    forward = time.perf_counter() - t
+    loss = -scored["logprobs"].float().mean()
+    loss.backward()
+    grads = [p.grad for p in policy.parameters() if p.requires_grad]
+    out.update(forward_seconds=forward, backward_seconds=time.perf_counter() - t - forward, peak=_peak_gib(),
+               trainable=sum(p.numel() for p in policy.parameters() if p.requires_grad),
+               with_grad=sum(g is not None for g in grads), of=len(grads),
+               finite=all(bool(torch.isfinite(g).all()) for g in grads if g is not None),
+               nonzero=sum(bool(g.abs().sum() > 0) for g in grads if g is not None))
+
+
 def _spawn(fn, *args) -> dict:
     with mp.Manager() as manager:
         out = manager.dict()
@@ -102,22 +143,37 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the checkpoint")
     ap.add_argument("--preset", default="openvla-7b")
     ap.add_argument("--image-size", type=int, default=224)
+    ap.add_argument("--stages", default="create,plan,forward", help=f"of {','.join(STAGES)}")
     args = ap.parse_args()
+    stages = args.stages.split(",")
+    if unknown := [s for s in stages if s not in STAGES]:
+        ap.error(f"--stages: unknown {unknown}; choose from {','.join(STAGES)}")
     root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="real_size_"))
     path = str(root / args.preset)
+    if "create" not in stages and not (Path(path) / "config.json").is_file():
+        ap.error(f"--stages without create needs a checkpoint at {path} (an earlier run with --out {root} --keep)")
     try:
-        made = _spawn(_create, args.preset, path, args.image_size)
-        size = sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()) / GIB
-        print(f"create + write: {made['params']:,} parameters, {size:.2f} GiB on disk, {made['seconds']:.0f} s, "
-              f"peak RSS {made['peak']:.2f} GiB", flush=True)
-        code, text = _plan(path, args.image_size)
-        print(f"plan (exit {code}):\n{text}", flush=True)
-        ran = _spawn(_forward, path, args.image_size)
-        print(f"reload (official loader, bf16): {ran['reload_seconds']:.0f} s with every page read ({ran['mapped_seconds']:.0f} s "
-              f"to map), peak RSS {ran['reload_peak']:.2f} GiB", flush=True)
-        first, second = ran["forward_seconds"]
-        print(f"forward (one observation, 2 cameras at {args.image_size} px, sampled): {first:.0f} s, then {second:.0f} s; "
-              f"peak RSS {ran['forward_peak']:.2f} GiB, actions {ran['actions']}, finite {ran['finite']}", flush=True)
+        if "create" in stages:
+            made = _spawn(_create, args.preset, path, args.image_size)
+            size = sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()) / GIB
+            print(f"create + write: {made['params']:,} parameters, {size:.2f} GiB on disk, {made['seconds']:.0f} s, "
+                  f"peak RSS {made['peak']:.2f} GiB", flush=True)
+        if "plan" in stages:
+            code, text = _plan(path, args.image_size)
+            print(f"plan (exit {code}):\n{text}", flush=True)
+        if "forward" in stages:
+            ran = _spawn(_forward, path, args.image_size)
+            print(f"reload (official loader, bf16): {ran['reload_seconds']:.0f} s with every page read ({ran['mapped_seconds']:.0f} s "
+                  f"to map), peak RSS {ran['reload_peak']:.2f} GiB", flush=True)
+            first, second = ran["forward_seconds"]
+            print(f"forward (one observation, 2 cameras at {args.image_size} px, sampled): {first:.0f} s, then {second:.0f} s; "
+                  f"peak RSS {ran['forward_peak']:.2f} GiB, actions {ran['actions']}, finite {ran['finite']}", flush=True)
+        if "backward" in stages:
+            ran = _spawn(_backward, path, args.image_size)
+            print(f"backward (LoRA r32, bf16, gradient checkpointing, one observation): build {ran['build_seconds']:.0f} s "
+                  f"(peak RSS {ran['build_peak']:.2f} GiB), evaluate_actions {ran['forward_seconds']:.0f} s, backward "
+                  f"{ran['backward_seconds']:.0f} s; peak RSS {ran['peak']:.2f} GiB; {ran['trainable']:,} trainable parameters, "
+                  f"gradients on {ran['with_grad']} of {ran['of']} tensors ({ran['nonzero']} non-zero), finite {ran['finite']}", flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)

@@ -86,8 +86,8 @@ SMOKE: dict[str, Smoke] = {
     "reconfigure_reset.py": Smoke(("--resets", "1", "--rounds", "1"), rf"clustered / full: {NUM}x", (MANISKILL,)),
     # --kill-after 2: the least with a normal step (step 2) to compare with; 4 steps, one restart;
     # one worker of each kind
-    "real_size.py": Smoke(("--preset", "tiny", "--image-size", "28", "--out", "{tmp}/ckpt"),
-                          r"plan \(exit 0\):(.|\n)*forward \(one observation.*finite True"),
+    "real_size.py": Smoke(("--preset", "tiny", "--image-size", "28", "--out", "{tmp}/ckpt", "--stages", "create,plan,forward,backward"),
+                          r"plan \(exit 0\):(.|\n)*forward \(one observation.*finite True(.|\n)*backward \(LoRA.*finite True"),
     "recovery.py": Smoke(("--kill-after", "2", *ONE_OF_EACH), rf"recovery / normal step: {NUM}x; restarts logged: 1", (MANISKILL,), timeout=1200),
     # --steps 0: the pictures only; its PPO phase is actor_micro_batch.py's run_recipe, smoked there
     "render_mesh.py": Smoke(("--pictures", "1", "--steps", "0"), rf"picture ratio: {NUM}x", (MANISKILL,)),
