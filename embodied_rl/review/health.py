@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from embodied_rl.review.metrics import add_lines
+from embodied_rl.review.metrics import add_lines, json_object
 from embodied_rl.review.paths import is_within
 
 HEALTH_FILE = "health.jsonl"
@@ -88,12 +88,9 @@ def _status_from_metrics(series: dict[str, list[list[float]]]) -> tuple[str, lis
 
 def _add_event(line: str, health: Health) -> str | None:
     """Merge one health.jsonl line into `health`; return a problem description or None."""
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError:
-        return "invalid JSON"
-    if not isinstance(row, dict):
-        return "not a JSON object"
+    row = json_object(line)
+    if isinstance(row, str):
+        return row
     event = row.get("event")
     if event == "alarm":
         return _add_alarm(row, health)

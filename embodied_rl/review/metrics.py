@@ -54,14 +54,20 @@ def add_lines(lines: list[str], name: str, add: Callable[[str], str | None], war
         warnings.append(f"{name}: {bad - MAX_LINE_WARNINGS} more bad lines skipped")
 
 
-def _add_line(line: str, points: dict[str, dict[float, float]]) -> str | None:
-    """Merge one line's numeric values into `points`; return a problem description or None."""
+def json_object(line: str) -> dict | str:
+    """One JSON-lines record as a dict, or what is wrong with it."""
     try:
         row = json.loads(line)
     except json.JSONDecodeError:
         return "invalid JSON"
-    if not isinstance(row, dict):
-        return "not a JSON object"
+    return row if isinstance(row, dict) else "not a JSON object"
+
+
+def _add_line(line: str, points: dict[str, dict[float, float]]) -> str | None:
+    """Merge one line's numeric values into `points`; return a problem description or None."""
+    row = json_object(line)
+    if isinstance(row, str):
+        return row
     step = row.get("step")
     if isinstance(step, bool) or not isinstance(step, (int, float)) or not math.isfinite(step):
         return "no numeric 'step'"
