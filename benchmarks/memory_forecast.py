@@ -32,7 +32,7 @@ import torch
 import torch.multiprocessing as mp
 
 from embodied_rl.config.schema import RootConfig
-from embodied_rl.memory.plan import actor_terms, cpu_heap_retention
+from embodied_rl.memory.plan import actor_terms, cpu_heap_retention, rank0_setup_bytes
 from embodied_rl.models.activations import count_activations
 from embodied_rl.models.create import create_model
 from embodied_rl.models.registry import PRECISION_DTYPES, policy_class
@@ -122,11 +122,12 @@ def main() -> None:
                 terms = forecast(cfg, 64, world)
                 live = sum(terms.values())
                 heap = cpu_heap_retention(terms)
+                setup = rank0_setup_bytes(cfg.actor.model.parameter_counts())  # the measured rank is rank 0, as the plan counts it
                 cells = []
                 for name in allocators:
                     env, with_heap = ALLOCATORS[name]
                     peak = _spawn(world, path, kind == "lora", dtype, args.steps, env)
-                    cells.append(f"{peak / 2**20:.1f}, **{peak / (live + heap * with_heap):.2f}**")
+                    cells.append(f"{peak / 2**20:.1f}, **{peak / max(live + heap * with_heap, setup):.2f}**")
                 shown = ", ".join(f"{k} {v / 2**20:.1f}" for k, v in terms.items())
                 print(f"| {preset} | {case} | {world} | {live / 2**20:.1f} ({shown}); cpu_heap {heap / 2**20:.1f} | "
                       + " | ".join(cells) + " |", flush=True)
