@@ -44,7 +44,7 @@ def _tensors(dcp_dir: Path, scratch: Path) -> list[torch.Tensor]:
         elif isinstance(obj, torch.Tensor):
             yield obj
 
-    return list(walk(torch.load(scratch, weights_only=False)))
+    return list(walk(torch.load(scratch, weights_only=True)))
 
 
 def _health(run: Path) -> list[dict]:
