@@ -82,8 +82,8 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
 # `scripts/run.sh test` runs the suite in parallel workers with `--dist loadfile`: a module runs in
 # one worker, so its tests share its module-scoped fixtures (a training run that several tests
 # read is made once).
-# The longest modules, longest first (serial durations, docs/BENCHMARKS.md): handed out first so
-# that no worker starts one of them when the others are nearly done.
+# The longest modules, longest first (serial durations: docs/notes/benchmarks-log.md, "The test
+# suite by module"): handed out first so that no worker starts one of them when the others are nearly done.
 LONGEST_MODULES = ("tests.test_schema_walk", "tests.test_benchmark_smoke", "tests.test_shipped_configs", "tests.test_runtime_e2e", "tests.test_recovery",
                    "tests.test_multinode", "tests.test_sft", "tests.test_health_e2e", "tests.test_health_induced",
                    "tests.test_learning", "tests.test_leaks")
