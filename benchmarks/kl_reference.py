@@ -126,7 +126,7 @@ def measure(variant: str, base: Path, adapters: Path) -> dict[str, float]:
     policy = build_policy(cfg, warn_untrained_value_head=False).eval()  # as the rollout worker builds it
     inputs = policy.prepare_inputs(make_obs())
     with torch.no_grad():
-        tokens = policy.predict(inputs, do_sample=True, compute_values=False).action_tokens
+        tokens = policy.predict(inputs, do_sample=True, compute_values=False).action_record
     before_ref, policy_tensors = rss_mib(), tensor_mib(policy)
     if variant == "second_copy":
         reference = KLReference(build_policy(cfg, warn_untrained_value_head=False).eval())

@@ -21,6 +21,7 @@ from torch import nn
 import embodied_rl  # noqa: F401
 from embodied_rl.algorithms import compute_actor_critic_loss, compute_advantages
 from embodied_rl.config.schema.algorithm import AlgorithmConfig
+from embodied_rl.rollout_batch import RolloutBatch
 
 THRESHOLD = 475.0
 
@@ -105,15 +106,13 @@ def main() -> None:
             last_val = model.critic(obs)[:, 0]
         steps += N * T
         stack = lambda k, buf=buf: torch.stack(buf[k])[..., None]
-        batch = {"rewards": stack("rew"), "dones": stack("done"), "truncations": stack("trunc"),
-                 "bootstrap_values": stack("boot"),
-                 "values": torch.cat([stack("val"), last_val[None, :, None]], 0),
-                 "logprobs": stack("logp")}
-        adv = compute_advantages(cfg, batch, action_dim=1, auto_reset=True)
+        batch = RolloutBatch(rewards=stack("rew"), dones=stack("done"), truncations=stack("trunc"), logprobs=stack("logp"),
+                             bootstrap_values=stack("boot"), values=stack("val"), last_values=last_val[:, None])
+        batch = compute_advantages(cfg, batch, action_dim=1, auto_reset=True)
         flat = lambda x: x.reshape(T * N, -1)
         b_obs, b_act = torch.stack(buf["obs"]).reshape(T * N, -1), torch.stack(buf["act"]).reshape(T * N)
-        b_logp, b_val = flat(batch["logprobs"]), flat(batch["values"][:-1])
-        b_adv, b_ret, b_mask = flat(adv["advantages"]), flat(adv["returns"]), flat(adv["loss_mask"])
+        b_logp, b_val = flat(batch.logprobs), flat(batch.values)
+        b_adv, b_ret, b_mask = flat(batch.advantages), flat(batch.returns), flat(batch.loss_mask)
         for _ in range(cfg.update_epoch):
             for mb in torch.randperm(T * N).split(T * N // 4):
                 d = model.dist(b_obs[mb])

@@ -37,6 +37,7 @@ def main() -> None:
     from embodied_rl.envs import make_env
     from embodied_rl.process_env import configure_process_env
     from embodied_rl.replay import checkpoint_policy
+    from embodied_rl.rollout_batch import RolloutBatch
     from embodied_rl.runtime.checkpoint import (
         CKPT_DIR,
         load_runner_state,
@@ -88,9 +89,10 @@ def main() -> None:
     if saved:
         reward_stats.load_state_dict(saved)
     t, n, c = rewards.shape
-    batch = {"rewards": rewards, "dones": dones, "values": values, "logprobs": torch.zeros(t, n, c * cfg.actor.model.action_dim)}
+    batch = RolloutBatch(rewards=rewards, dones=dones, truncations=torch.zeros_like(dones),
+                         logprobs=torch.zeros(t, n, c * cfg.actor.model.action_dim), values=values[:-1], last_values=values[-1])
     adv = compute_advantages(cfg.algorithm, batch, action_dim=cfg.actor.model.action_dim, auto_reset=False,
-                             reward_stats=reward_stats)["advantages"].mean(-1)  # [T, N]: a chunk's tokens share it
+                             reward_stats=reward_stats).advantages.mean(-1)  # [T, N]: a chunk's tokens share it
     won, ret = success.any(-1).any(0), rewards.sum((0, 2))
     print(f"{args.run.name} step {args.step}: {n} episodes from {args.groups} initial states, success {won.float().mean():.3f}, "
           f"return {ret[won].mean():.2f} (successes) / {ret[~won].mean():.2f} (failures)")

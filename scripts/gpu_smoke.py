@@ -148,9 +148,9 @@ class Smoke:
         obs = self.observations(8)
         with torch.no_grad():
             ref_in = ref.prepare_inputs(obs)
-            greedy_ref = ref.predict(ref_in, do_sample=False, compute_values=False).action_tokens
+            greedy_ref = ref.predict(ref_in, do_sample=False, compute_values=False).action_record
             dut_in = {k: v.to(self.device) for k, v in dut.prepare_inputs(obs).items()}
-            greedy_dut = dut.predict(dut_in, do_sample=False, compute_values=False).action_tokens.cpu()
+            greedy_dut = dut.predict(dut_in, do_sample=False, compute_values=False).action_record.cpu()
             lp_ref = ref.evaluate_actions(ref_in, greedy_ref, compute_values=False)["logprobs"].float()
         out = dut.evaluate_actions(dut_in, greedy_ref.to(self.device), compute_values=False)
         lp = out["logprobs"].float()
@@ -178,7 +178,7 @@ class Smoke:
         def draw(gens: DeviceGenerators) -> tuple[torch.Tensor, torch.Tensor]:
             with torch.no_grad():
                 kw = {"do_sample": True, "temperature": 1.0, "top_k": 3, "compute_values": False, "generator": gens}
-                return on_device.predict(inputs, **kw).action_tokens.cpu(), on_cpu.predict(cpu_inputs, **kw).action_tokens
+                return on_device.predict(inputs, **kw).action_record.cpu(), on_cpu.predict(cpu_inputs, **kw).action_record
 
         gens = DeviceGenerators(seed=1)
         draw(gens)  # makes the generators; a device never sampled on has no state to save
@@ -242,7 +242,7 @@ class Smoke:
         obs = self.observations(4, seed=5)
         with torch.no_grad():
             ref_in = trained.eval().prepare_inputs(obs)
-            tokens = trained.predict(ref_in, do_sample=False, compute_values=False).action_tokens
+            tokens = trained.predict(ref_in, do_sample=False, compute_values=False).action_record
             a = trained.evaluate_actions(ref_in, tokens, compute_values=False)["logprobs"]
             b = reloaded.evaluate_actions({k: v.to(self.device) for k, v in reloaded.prepare_inputs(obs).items()},
                                           tokens.to(self.device), compute_values=False)["logprobs"].cpu()

@@ -21,6 +21,7 @@ from embodied_rl.config.overrides import apply_override, parse_override
 from embodied_rl.configure import config_from_dict
 from embodied_rl.distributed.worker_group import gather_ranks
 from embodied_rl.models.create import create_model
+from embodied_rl.rollout_batch import RolloutBatch
 from embodied_rl.workers.actor import fsdp
 from embodied_rl.workers.actor.worker import ActorWorker
 from tests.rollout_batch import make_rollout_batch  # noqa: F401  (the actor tests import it from here)
@@ -101,16 +102,16 @@ def fsdp_facts(w: ActorWorker) -> dict:
             "local_fraction": round(sum(q.to_local().numel() for q in w.policy.parameters()) / sum(q.numel() for q in w.policy.parameters()), 1)}
 
 
-def demos_from_batch(batch: dict):
+def demos_from_batch(batch: RolloutBatch):
     """A Host function giving a worker the batch's samples as its demos (what load_demos makes
-    from recorded demos: inputs, expert tokens, mask), so the BC term trains without a simulator."""
+    from recorded demos: inputs, expert action records, mask), so the BC term trains without a simulator."""
     from embodied_rl.demos.sft_data import SFTSamples
     from embodied_rl.workers.actor.demos import DemoFeed
 
     def give(w: ActorWorker) -> int:
-        n = batch["action_tokens"].shape[0] * batch["action_tokens"].shape[1]
-        inputs = {k: v.reshape(n, *v.shape[2:]) for k, v in batch["forward_inputs"].items()}
-        samples = SFTSamples(inputs, batch["action_tokens"].reshape(n, -1), batch["loss_mask"].reshape(n, -1))
+        n = batch.num_steps * batch.num_envs
+        inputs = {k: v.reshape(n, *v.shape[2:]) for k, v in batch.forward_inputs.items()}
+        samples = SFTSamples(inputs, batch.action_record.reshape(n, -1), batch.loss_mask.reshape(n, -1))
         w.update.demos = DemoFeed(w.engine, samples)
         return n
     return give

@@ -1,4 +1,4 @@
-"""A rollout batch as the runtime hands the actor (embodied_rl/workers/actor/batch.py), made by
+"""A rollout batch as the runtime hands the actor (embodied_rl/rollout_batch.py), made by
 the real policy from random observations: time-major [T, N, ...], every tensor from the policy's
 `prepare_inputs` + `predict` and the real `compute_advantages`. Imports neither Ray nor the config
 loader, so scripts/gpu_smoke.py uses it on a bare GPU machine too."""
@@ -9,12 +9,13 @@ import torch
 
 from embodied_rl.algorithms import compute_advantages
 from embodied_rl.models import build_policy
+from embodied_rl.rollout_batch import RolloutBatch
 from embodied_rl.types import EnvObservation
 
 T, N = 4, 4  # chunk steps x envs -> 16 samples
 
 
-def make_rollout_batch(cfg, seed: int = 0) -> dict:
+def make_rollout_batch(cfg, seed: int = 0) -> RolloutBatch:
     """A time-major batch [T, N, ...] as the runtime produces it, from real policy calls."""
     gen = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
@@ -36,23 +37,12 @@ def make_rollout_batch(cfg, seed: int = 0) -> dict:
         out = policy.predict(inputs, do_sample=True, temperature=1.0, top_k=0, compute_values=True, generator=gen)
     tm = lambda x: x.reshape(T, N, *x.shape[1:])
     c = cfg.actor.model.num_action_chunks
-    rollout = {
-        "rewards": torch.rand(T, N, c, generator=gen),
-        "dones": torch.zeros(T, N, c, dtype=torch.bool),
-        "logprobs": tm(out.logprobs),
-    }
-    rollout["dones"][1, 0, -1] = True
-    if cfg.algorithm.uses_critic:
-        values = tm(out.values)
-        rollout["values"] = torch.cat([values, values[-1:]], dim=0)  # [T + 1, N, K]
-    adv = compute_advantages(cfg.algorithm, rollout, action_dim=cfg.actor.model.action_dim, auto_reset=True)
-    batch = {
-        "forward_inputs": {k: tm(v) for k, v in out.forward_inputs.items()},
-        "action_tokens": tm(out.action_tokens),
-        "logprobs": tm(out.logprobs),
-        "advantages": adv["advantages"],
-        "loss_mask": adv["loss_mask"],
-    }
-    if cfg.algorithm.uses_critic:
-        batch.update(values=values, returns=adv["returns"], value_mask=adv["value_mask"])
-    return batch
+    dones = torch.zeros(T, N, c, dtype=torch.bool)
+    dones[1, 0, -1] = True
+    values = tm(out.values) if cfg.algorithm.uses_critic else None
+    rollout = RolloutBatch(
+        rewards=torch.rand(T, N, c, generator=gen), dones=dones, truncations=torch.zeros_like(dones),
+        logprobs=tm(out.logprobs), forward_inputs={k: tm(v) for k, v in out.forward_inputs.items()},
+        action_record=tm(out.action_record), values=values, last_values=None if values is None else values[-1],
+    )
+    return compute_advantages(cfg.algorithm, rollout, action_dim=cfg.actor.model.action_dim, auto_reset=True)

@@ -115,9 +115,9 @@ def probe_model(cfg: RootConfig, path: str) -> Any:
                 gen = torch.Generator().manual_seed(1)
                 o = rollout.predict(inputs, do_sample=spec.do_sample, temperature=spec.temperature, top_k=spec.top_k,
                                     logprob_top_k=spec.logprob_top_k, compute_values=cfg.algorithm.uses_critic, generator=gen)
-                ev = actor.evaluate_actions(o.forward_inputs, o.action_tokens, temperature=sp.temperature_train,
+                ev = actor.evaluate_actions(o.forward_inputs, o.action_record, temperature=sp.temperature_train,
                                             top_k=sp.logprob_top_k, compute_values=cfg.algorithm.uses_critic)
-                out[mode] = (o.actions, o.action_tokens, o.logprobs, o.values, o.forward_inputs, ev)
+                out[mode] = (o.actions, o.action_record, o.logprobs, o.values, o.forward_inputs, ev)
         out["training"] = _training_signal(actor, o, cfg)
         return out
     finally:
@@ -142,7 +142,7 @@ def _training_signal(policy, predicted, cfg: RootConfig) -> Any:
     policy.train()
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            ev = policy.evaluate_actions(predicted.forward_inputs, predicted.action_tokens, temperature=sp.temperature_train,
+            ev = policy.evaluate_actions(predicted.forward_inputs, predicted.action_record, temperature=sp.temperature_train,
                                          top_k=sp.logprob_top_k, compute_values=cfg.algorithm.uses_critic)
         loss = ev["logprobs"].float().sum()
         if ev.get("values") is not None:
@@ -178,8 +178,8 @@ def probe_actor(cfg: RootConfig, path: str) -> Any:
         sd, version = worker.get_trainable_state_dict()
         # The LR the scheduler set for the next step: one step cannot show a schedule otherwise.
         next_lrs = [g["lr"] for g in worker.engine.optimizer.param_groups]
-        worker.policy.evaluate_actions({k: v[0, :2] for k, v in batch["forward_inputs"].items()},
-                                       batch["action_tokens"][0, :2], compute_values=False)
+        worker.policy.evaluate_actions({k: v[0, :2] for k, v in batch.forward_inputs.items()},
+                                       batch.action_record[0, :2], compute_values=False)
         params = sorted(Counter((type(p).__name__, str(getattr(p, "placements", ""))) for p in worker.policy.parameters()).items())
     finally:
         worker.shutdown()

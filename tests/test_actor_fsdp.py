@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from embodied_rl.errors import ConfigError
+from embodied_rl.rollout_batch import RolloutBatch
 from embodied_rl.workers.actor import fsdp
 from embodied_rl.workers.actor.batch import check_batch_sizes
 from embodied_rl.workers.actor.optim import lr_multiplier
@@ -36,7 +37,7 @@ def full_state(group: ActorGroup) -> dict[str, torch.Tensor]:
     return group.run(lambda w: fsdp.full_model_state_dict(w.policy))[0]
 
 
-def train_once(hosts: list, cfg, world: int, batch: dict) -> tuple[dict, dict, dict]:
+def train_once(hosts: list, cfg, world: int, batch: RolloutBatch) -> tuple[dict, dict, dict]:
     with ActorGroup(hosts, cfg, world) as group:
         before = group.call("get_trainable_state_dict")[0][0]
         metrics = group.call("train_step", batch)[0]

@@ -32,14 +32,14 @@ def adv_probe(cfg: AlgorithmConfig) -> torch.Tensor:
     value_k = C if cfg.reward_type == "action_level" else 1
     auto_reset = cfg.adv_type != "grpo"
     b = make_rollout(7, T, N, C, A, auto_reset=auto_reset, p_done=0.15, value_k=value_k)
-    b["rewards"][:, 4:6] = 0.0  # one GRPO group (size 2) with all-equal returns
-    b["bootstrap_values"][:, 4:6] = 0.0
-    b["rewards"][:, 0] += 3.0  # a large reward for clipping to bite
+    b.rewards[:, 4:6] = 0.0  # one GRPO group (size 2) with all-equal returns
+    b.bootstrap_values[:, 4:6] = 0.0
+    b.rewards[:, 0] += 3.0  # a large reward for clipping to bite
     stats = RunningRewardStats(count=10.0, mean=0.5, var=4.0)
     out = compute_advantages(cfg, b, auto_reset=auto_reset, reward_stats=stats)
-    parts = [out["advantages"].flatten(), out["loss_mask"].float().flatten()]
-    if "returns" in out:
-        parts.append(out["returns"].flatten())
+    parts = [out.advantages.flatten(), out.loss_mask.float().flatten()]
+    if out.returns is not None:
+        parts.append(out.returns.flatten())
     return torch.cat(parts)
 
 
@@ -136,12 +136,12 @@ def test_ratio_clip_eps_is_the_default_of_both_sides():
 def test_direction_of_effects():
     """Spot checks that keys act as documented, not just 'differently'."""
     adv = compute_advantages(AlgorithmConfig(advantage_clip=0.5), make_rollout(1, T, N, C, A, value_k=1), auto_reset=True)
-    assert adv["advantages"].abs().max() <= 0.5
+    assert adv.advantages.abs().max() <= 0.5
     b = make_rollout(2, T, N, C, A, value_k=1)
-    b["rewards"] *= 10
-    b["truncations"][:] = False  # the bootstrap V(final_obs) is added after clipping
-    clipped = compute_advantages(AlgorithmConfig(reward_clip=1.0), b, auto_reset=True)["rewards"]
+    b.rewards *= 10
+    b.truncations[:] = False  # the bootstrap V(final_obs) is added after clipping
+    clipped = compute_advantages(AlgorithmConfig(reward_clip=1.0), b, auto_reset=True).processed_rewards
     assert clipped.abs().max() <= 1.0 + 1e-6
-    shaped = compute_advantages(AlgorithmConfig(kl_beta=1.0, kl_penalty="abs"), b, auto_reset=True)["rewards"]
-    plain = compute_advantages(AlgorithmConfig(), b, auto_reset=True)["rewards"]
+    shaped = compute_advantages(AlgorithmConfig(kl_beta=1.0, kl_penalty="abs"), b, auto_reset=True).processed_rewards
+    plain = compute_advantages(AlgorithmConfig(), b, auto_reset=True).processed_rewards
     assert (shaped <= plain + 1e-6).all() and (shaped < plain).any()  # a non-negative KL only lowers rewards

@@ -172,19 +172,23 @@ def test_contradictory_settings_are_rejected(kw):
 
 
 def test_rollout_explained_variance_scores_the_collecting_critic_on_the_whole_batch():
-    """rollout/explained_variance: the values the rollout recorded ([T+1, N, 1], last row the
-    bootstrap row) against the value targets [T, N, 1], over the valid entries only."""
+    """rollout/explained_variance: the values the rollout recorded for its T steps [T, N, 1] (not
+    the last value) against the value targets [T, N, 1], over the valid entries only."""
+    from embodied_rl.rollout_batch import RolloutBatch
     from embodied_rl.workers.actor.batch import rollout_stats
 
     returns = torch.tensor([[1.0, 2.0], [3.0, 4.0]]).unsqueeze(-1)
-    values = torch.tensor([[1.0, 2.0], [3.0, 5.0], [9.0, 9.0]]).unsqueeze(-1)
+    values = torch.tensor([[1.0, 2.0], [3.0, 5.0]]).unsqueeze(-1)
     mask = torch.ones(2, 2, 4, dtype=torch.bool)
-    batch = {"rewards": torch.zeros(2, 2, 8), "logprobs": torch.zeros(2, 2, 4), "advantages": torch.zeros(2, 2, 4),
-             "loss_mask": mask, "values": values, "returns": returns, "value_mask": torch.ones(2, 2, 1, dtype=torch.bool)}
+    batch = RolloutBatch(rewards=torch.zeros(2, 2, 8), dones=torch.zeros(2, 2, 8, dtype=torch.bool),
+                         truncations=torch.zeros(2, 2, 8, dtype=torch.bool), logprobs=torch.zeros(2, 2, 4),
+                         values=values, last_values=torch.tensor([[9.0], [9.0]]), processed_rewards=torch.zeros(2, 2, 1),
+                         advantages=torch.zeros(2, 2, 4), loss_mask=mask, returns=returns,
+                         value_mask=torch.ones(2, 2, 1, dtype=torch.bool))
     ev = rollout_stats(batch)["rollout/explained_variance"]
     # residuals 0, 0, 0, -1 (mean -0.25, var 0.1875); returns var 1.25
     assert ev == pytest.approx(1 - 0.1875 / 1.25)
-    batch["value_mask"] = torch.tensor([[True, True], [True, False]]).unsqueeze(-1)  # the wrong value drops out
+    batch.value_mask = torch.tensor([[True, True], [True, False]]).unsqueeze(-1)  # the wrong value drops out
     assert rollout_stats(batch)["rollout/explained_variance"] == pytest.approx(1.0)
 
 

@@ -116,10 +116,10 @@ def test_resume_is_bit_exact(actor_hosts, setup, tmp_path):
     offline = read_trainable_weights(actor_dir(ckpt))  # full tensors from the shards, no process group
     assert offline.keys() == w_saved.keys() and all(torch.equal(v, w_saved[k]) for k, v in offline.items())
     lora.load_trainable_state_dict(offline)
-    fi = {k: v[0] for k, v in batch1["forward_inputs"].items()}
+    fi = {k: v[0] for k, v in batch1.forward_inputs.items()}
     with torch.no_grad():
-        a_out = lora.evaluate_actions(fi, batch1["action_tokens"][0])
-        b_out = plain.evaluate_actions(fi, batch1["action_tokens"][0])
+        a_out = lora.evaluate_actions(fi, batch1.action_record[0])
+        b_out = plain.evaluate_actions(fi, batch1.action_record[0])
     torch.testing.assert_close(a_out["logprobs"], b_out["logprobs"], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(a_out["values"], b_out["values"])
 

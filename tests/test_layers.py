@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "embodied_rl"
 
 #: Lowest first. Top-level modules are named without `.py`; `__init__` is the package root.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("_compat", "errors", "types"),
+    ("_compat", "errors", "types", "rollout_batch"),
     ("__init__", "registry", "plugins", "process_env", "timing", "moments", "fact_cache"),
     ("distributed",),
     ("config",),

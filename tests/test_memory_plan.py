@@ -185,7 +185,7 @@ def _saved_bytes(policy, obs) -> int:
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        policy.evaluate_actions(inputs, record.action_tokens)
+        policy.evaluate_actions(inputs, record.action_record)
     return sum(sizes.values())
 
 

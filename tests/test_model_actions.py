@@ -121,14 +121,14 @@ def test_rollout_logprobs_equal_rescored(policy, temperature, top_k):
     gen = torch.Generator().manual_seed(3)
     with torch.no_grad():
         out = policy.predict(inputs, do_sample=True, temperature=temperature, top_k=top_k, generator=gen)
-    ev = policy.evaluate_actions(out.forward_inputs, out.action_tokens, temperature=temperature, top_k=top_k)
+    ev = policy.evaluate_actions(out.forward_inputs, out.action_record, temperature=temperature, top_k=top_k)
     torch.testing.assert_close(ev["logprobs"], out.logprobs, atol=1e-6, rtol=1e-6)
     torch.testing.assert_close(ev["entropy"], out.entropy, atol=1e-6, rtol=1e-6)
     torch.testing.assert_close(ev["values"], out.values, atol=1e-6, rtol=1e-6)
     assert ((out.entropy >= 0) & (out.entropy <= math.log(256) + 1e-5)).all()
     assert (out.logprobs <= 0).all() and out.values.shape == (3, 1)
     # Decoded actions are the bin centres of the tokens (identity statistics of the tiny preset).
-    centres = policy.action_tokenizer.decode(out.action_tokens).view(3, 8, 7)
+    centres = policy.action_tokenizer.decode(out.action_record).view(3, 8, 7)
     torch.testing.assert_close(out.actions, centres, atol=1e-6, rtol=0)
 
 
@@ -140,14 +140,14 @@ def test_top_k_samples_scored_over_all_bins(policy):
         out = policy.predict(inputs, do_sample=True, temperature=0.5, top_k=3, logprob_top_k=0,
                              generator=torch.Generator().manual_seed(3))
         logits, _ = policy.vla(inputs["input_ids"], inputs["attention_mask"], policy.pixel_values(inputs), 56, None, True)
-    assert (logits.topk(3, dim=-1).indices == out.action_tokens.unsqueeze(-1)).any(-1).all()
-    full = torch.log_softmax(logits.float() / 0.5, -1).gather(-1, out.action_tokens.unsqueeze(-1)).squeeze(-1)
+    assert (logits.topk(3, dim=-1).indices == out.action_record.unsqueeze(-1)).any(-1).all()
+    full = torch.log_softmax(logits.float() / 0.5, -1).gather(-1, out.action_record.unsqueeze(-1)).squeeze(-1)
     torch.testing.assert_close(out.logprobs, full, atol=1e-5, rtol=1e-5)
-    ev = policy.evaluate_actions(out.forward_inputs, out.action_tokens, temperature=0.5, top_k=0)
+    ev = policy.evaluate_actions(out.forward_inputs, out.action_record, temperature=0.5, top_k=0)
     torch.testing.assert_close(ev["logprobs"], out.logprobs, atol=1e-6, rtol=1e-6)
     # A sampled bin outside the top 1 has no probability under top-k = 1, but keeps one over all bins.
-    top1 = S.token_logprobs(S.process_logits(logits, 0.5, 1), out.action_tokens)
-    moved = out.action_tokens != logits.argmax(-1)
+    top1 = S.token_logprobs(S.process_logits(logits, 0.5, 1), out.action_record)
+    moved = out.action_record != logits.argmax(-1)
     assert moved.any() and torch.isinf(top1[moved]).all() and torch.isfinite(out.logprobs).all()
 
 
@@ -157,8 +157,8 @@ def test_greedy_is_deterministic_and_the_mode(policy):
         a = policy.predict(inputs, do_sample=False, temperature=1.0, top_k=0)
         b = policy.predict(inputs, do_sample=False, temperature=1.0, top_k=0)
         logits, _ = policy.vla(inputs["input_ids"], inputs["attention_mask"], policy.pixel_values(inputs), 56, None, True)
-    assert torch.equal(a.action_tokens, b.action_tokens) and torch.equal(a.actions, b.actions)
-    assert torch.equal(a.action_tokens, logits.argmax(-1))
+    assert torch.equal(a.action_record, b.action_record) and torch.equal(a.actions, b.actions)
+    assert torch.equal(a.action_record, logits.argmax(-1))
     # Greedy still reports the log-prob of the chosen token (the maximum one).
     torch.testing.assert_close(a.logprobs, torch.log_softmax(logits, -1).max(-1).values, atol=1e-6, rtol=0)
 
@@ -186,15 +186,15 @@ def test_a_windowed_rollout_is_rescored_in_its_own_window_after_an_update(policy
     inputs = policy.prepare_inputs(_obs())
     with torch.no_grad():
         out = policy.predict(inputs, do_sample=True, temperature=1.0, top_k=0, generator=torch.Generator().manual_seed(1))
-    assert out.forward_inputs[S.WINDOW_CENTER].shape == out.action_tokens.shape
-    ev = policy.evaluate_actions(out.forward_inputs, out.action_tokens, temperature=1.0, top_k=0)
+    assert out.forward_inputs[S.WINDOW_CENTER].shape == out.action_record.shape
+    ev = policy.evaluate_actions(out.forward_inputs, out.action_record, temperature=1.0, top_k=0)
     torch.testing.assert_close(ev["logprobs"], out.logprobs, atol=1e-6, rtol=1e-6)
     state = {k: v.clone() for k, v in policy.state_dict().items()}
     try:
         with torch.no_grad():
             for p in policy.parameters():
                 p.add_(torch.randn_like(p) * 0.05)
-            moved = policy.evaluate_actions(out.forward_inputs, out.action_tokens, temperature=1.0, top_k=0)["logprobs"]
+            moved = policy.evaluate_actions(out.forward_inputs, out.action_record, temperature=1.0, top_k=0)["logprobs"]
         assert torch.isfinite(moved).all() and not torch.equal(moved, out.logprobs)
     finally:
         policy.load_state_dict(state)

@@ -31,7 +31,7 @@ def loss_of(policy, obs: EnvObservation) -> torch.Tensor:
     inputs = policy.prepare_inputs(obs)
     with torch.no_grad():
         out = policy.predict(inputs, do_sample=True, temperature=1.0, top_k=0)
-    ev = policy.evaluate_actions(inputs, out.action_tokens, temperature=1.0, top_k=0)
+    ev = policy.evaluate_actions(inputs, out.action_record, temperature=1.0, top_k=0)
     return ev["logprobs"].sum() + ev["values"].sum() + ev["entropy"].mean()
 
 
@@ -41,7 +41,7 @@ def test_full_finetune_forward_backward_shapes_and_grads(ckpt):
     with torch.no_grad():
         out = policy.predict(policy.prepare_inputs(obs), do_sample=True, temperature=1.0, top_k=0)
     assert out.actions.shape == (2, 2, 7) and out.actions.dtype == torch.float32
-    assert out.action_tokens.shape == (2, 14) and out.action_tokens.dtype == torch.int64
+    assert out.action_record.shape == (2, 14) and out.action_record.dtype == torch.int64
     assert out.logprobs.shape == out.entropy.shape == (2, 14)
     assert out.values.shape == (2, 2)  # action_level: one value per action of the chunk
     assert set(out.forward_inputs) == {"input_ids", "attention_mask", "images", "proprio"}
@@ -123,7 +123,7 @@ def test_fsdp2_wrapped_policy_evaluates_and_backprops(ckpt):
         for unit in policy.fsdp_units():
             fully_shard(unit)
         fully_shard(policy)
-        ev = policy.evaluate_actions(inputs, ref.action_tokens, temperature=1.0, top_k=0)
+        ev = policy.evaluate_actions(inputs, ref.action_record, temperature=1.0, top_k=0)
         torch.testing.assert_close(ev["logprobs"], ref.logprobs, atol=1e-5, rtol=1e-5)
         (ev["logprobs"].sum() + ev["values"].sum()).backward()
         assert policy.value_head.mlp[0].weight.grad is not None

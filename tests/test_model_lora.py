@@ -54,7 +54,7 @@ def test_adapters_round_trip_through_peft(tiny, tmp_path):
     ref = _greedy(policy)
     for other in (again, via_path):
         out = _greedy(other)
-        assert torch.equal(out.action_tokens, ref.action_tokens)
+        assert torch.equal(out.action_record, ref.action_record)
         torch.testing.assert_close(out.logprobs, ref.logprobs, atol=1e-6, rtol=0)
     torch.testing.assert_close(_greedy(again).values, ref.values, atol=1e-6, rtol=0)
     assert all(p.requires_grad == ("lora_" in n or n.startswith("value_head")) for n, p in via_path.named_parameters())

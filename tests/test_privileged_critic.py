@@ -90,7 +90,7 @@ def test_the_asymmetric_critic_reads_the_privileged_state_only(ckpt):
         assert not torch.allclose(values(other_state), base)
     # its loss moves the value head only: the policy's weights get no gradient from the critic
     inputs = policy.prepare_inputs(x)
-    out = policy.evaluate_actions(inputs, policy.predict(inputs, do_sample=False).action_tokens)
+    out = policy.evaluate_actions(inputs, policy.predict(inputs, do_sample=False).action_record)
     out["values"].sum().backward()
     assert policy.value_head.mlp[0].weight.grad is not None and policy.value_head.mlp[0].weight.shape[1] == 6
     assert all(p.grad is None or not p.grad.any() for n, p in policy.named_parameters() if not n.startswith("value_head"))

@@ -40,7 +40,7 @@ def _obs(seed: int = 0, n: int = 3, wrist: bool = False) -> EnvObservation:
 
 def _assert_acts_alike(out, ref, values: bool = True) -> None:
     """The engine's output `out` takes the HF policy's actions, with its log-probs (and values) within TOL."""
-    assert torch.equal(out.action_tokens, ref.action_tokens)
+    assert torch.equal(out.action_record, ref.action_record)
     assert (out.logprobs - ref.logprobs).abs().max() < TOL
     if values:
         assert (out.values - ref.values).abs().max() < TOL
@@ -101,7 +101,7 @@ def test_engine_runs_in_the_policy_precision_with_the_configured_gpu_share(ckpt)
         inputs = hf.prepare_inputs(_obs())
         with torch.no_grad():
             ours, theirs = eng.predict(inputs, do_sample=False), hf.predict(inputs, do_sample=False)
-        assert (ours.action_tokens == theirs.action_tokens).float().mean() >= 0.9
+        assert (ours.action_record == theirs.action_record).float().mean() >= 0.9
         assert torch.allclose(ours.values, theirs.values, atol=2e-2)
     finally:
         eng.close()
@@ -114,7 +114,7 @@ def test_sampling_uses_the_generator_of_the_engines_cpu_logits(engine, hf):
     gens = DeviceGenerators(5)
     ours = engine.predict(inputs, do_sample=True, generator=gens)
     plain = engine.predict(inputs, do_sample=True, generator=torch.Generator().manual_seed(5))
-    assert torch.equal(ours.action_tokens, plain.action_tokens)
+    assert torch.equal(ours.action_record, plain.action_record)
     assert list(gens.get_state()) == ["cpu"]
 
 
@@ -136,7 +136,7 @@ def test_greedy_actions_logprobs_values_entropy_match_hf(hf, engine):
     with torch.no_grad():
         ref = hf.predict(inputs, do_sample=False)
     out = engine.predict(inputs, do_sample=False)
-    assert torch.equal(out.action_tokens, ref.action_tokens)
+    assert torch.equal(out.action_record, ref.action_record)
     assert torch.equal(out.actions, ref.actions)
     for name in ("logprobs", "entropy", "values"):
         assert (getattr(out, name) - getattr(ref, name)).abs().max() < TOL, name
@@ -147,7 +147,7 @@ def test_sampled_tokens_rescore_equal_under_hf(hf, engine):
     inputs = hf.prepare_inputs(_obs(2))
     out = engine.predict(inputs, do_sample=True, temperature=1.3, top_k=40, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        scored = hf.evaluate_actions(out.forward_inputs, out.action_tokens, temperature=1.3, top_k=40)
+        scored = hf.evaluate_actions(out.forward_inputs, out.action_record, temperature=1.3, top_k=40)
     assert (scored["logprobs"] - out.logprobs).abs().max() < TOL
     assert (scored["entropy"] - out.entropy).abs().max() < TOL
     assert (scored["values"] - out.values).abs().max() < TOL
@@ -203,12 +203,12 @@ def test_weight_sync_changes_actions_as_loading_into_hf_does(hf, engine, tiny_mo
         with torch.no_grad():
             ref = hf.predict(inputs, do_sample=False)
         out = engine.predict(inputs, do_sample=False)
-        assert not torch.equal(out.action_tokens, before.action_tokens)
+        assert not torch.equal(out.action_record, before.action_record)
         _assert_acts_alike(out, ref)
     finally:
         engine.load_trainable_state_dict(old)
         hf.load_trainable_state_dict(old)
-    assert torch.equal(engine.predict(inputs, do_sample=False).action_tokens, before.action_tokens)
+    assert torch.equal(engine.predict(inputs, do_sample=False).action_record, before.action_record)
 
 
 def test_weight_sync_invalidates_vision_features_of_images_seen_before(hf, engine):
@@ -302,7 +302,7 @@ def test_lora_adapters_are_folded_into_the_engine_as_peft_applies_them(ckpt, tmp
                 ref = hf_lora.predict(inputs, do_sample=False)
             out = engine.predict(inputs, do_sample=False)
             _assert_acts_alike(out, ref)
-        assert not torch.equal(out.action_tokens, before.action_tokens)
+        assert not torch.equal(out.action_record, before.action_record)
     finally:
         engine.close()
     saved = tmp_path / "with_adapters"
@@ -334,7 +334,7 @@ def test_critic_saved_inside_the_main_weights_runs_on_the_host(tmp_path):
         with torch.no_grad():
             ref = hf3.predict(inputs, do_sample=False)
         out = eng.predict(inputs, do_sample=False)
-        assert torch.equal(out.action_tokens, ref.action_tokens)
+        assert torch.equal(out.action_record, ref.action_record)
         assert (out.values - ref.values).abs().max() < TOL
     finally:
         eng.close()

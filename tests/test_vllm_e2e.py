@@ -100,12 +100,12 @@ def test_synced_weights_change_the_engines_actions_as_they_change_hf(vllm_run: P
         after = engine.predict(inputs, do_sample=False)
         with torch.no_grad():
             hf_after = hf.predict(inputs, do_sample=False)
-            rescored = hf.evaluate_actions(inputs, before.action_tokens, compute_values=False)["logprobs"]
+            rescored = hf.evaluate_actions(inputs, before.action_record, compute_values=False)["logprobs"]
     finally:
         engine.close()
-    assert torch.equal(before.action_tokens, hf_before.action_tokens)
-    assert not torch.equal(after.action_tokens, before.action_tokens)
-    assert torch.equal(after.action_tokens, hf_after.action_tokens)
+    assert torch.equal(before.action_record, hf_before.action_record)
+    assert not torch.equal(after.action_record, before.action_record)
+    assert torch.equal(after.action_record, hf_after.action_record)
     assert (after.logprobs - hf_after.logprobs).abs().max() < TOL
     # What a rollout with stale weights would have recorded differs from the synced policy by far
     # more than the ratio tolerance above.

@@ -20,6 +20,7 @@ from embodied_rl.distributed.worker_group import RayCluster, WorkerError, Worker
 from embodied_rl.envs.maniskill import ManiSkillParams
 from embodied_rl.envs.reset_split import EVAL_SEEDS_START
 from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
+from embodied_rl.rollout_batch import RolloutBatch
 from embodied_rl.workers.env_worker import EnvWorker
 from embodied_rl.workers.protocol import (
     ChannelWiring,
@@ -85,28 +86,32 @@ def test_rollout_trajectory_has_documented_shapes(workers):
     env_metrics, (returned, roll_metrics) = run_epoch(envs, rollouts, send=True)
     traj = wiring.trajectories.get(key)
     assert returned is None and isinstance(traj, Trajectory) and traj.version == 0
-    assert traj.action_tokens.shape == (T, N, C * A) and traj.action_tokens.dtype == torch.int64
-    assert traj.logprobs.shape == (T, N, C * A) and torch.isfinite(traj.logprobs).all()
-    assert (traj.logprobs <= 0).all()
+    batch = traj.batch
+    assert isinstance(batch, RolloutBatch) and traj.num_envs == N
+    # The OFT policy's action record: its sampled tokens (relative bins), one per log-prob entry.
+    assert batch.action_record.shape == (T, N, C * A) and batch.action_record.dtype == torch.int64
+    assert batch.logprobs.shape == (T, N, C * A) and torch.isfinite(batch.logprobs).all()
+    assert (batch.logprobs <= 0).all()
     # Before any weight sync the policy is the reference checkpoint: the KL reference agrees.
-    assert traj.ref_logprobs.shape == traj.logprobs.shape and torch.equal(traj.ref_logprobs, traj.logprobs)
-    assert "ref_logprobs" in traj.to_batch()
+    assert batch.ref_logprobs.shape == batch.logprobs.shape and torch.equal(batch.ref_logprobs, batch.logprobs)
     for name in ("rewards", "truncations", "dones"):
-        assert getattr(traj, name).shape == (T, N, C), name
-    assert traj.rewards.dtype == torch.float32 and traj.dones.dtype == torch.bool
-    assert traj.values.shape == (T + 1, N, C) and torch.isfinite(traj.values).all()
-    assert traj.bootstrap_values.shape == (T, N)
+        assert getattr(batch, name).shape == (T, N, C), name
+    assert batch.rewards.dtype == torch.float32 and batch.dones.dtype == torch.bool
+    assert batch.values.shape == (T, N, C) and torch.isfinite(batch.values).all()
+    assert batch.last_values.shape == (N, C) and torch.isfinite(batch.last_values).all()
+    assert batch.bootstrap_values.shape == (T, N)
     # Episodes are C*T steps long: every sub-env is truncated at the last step of the last chunk.
-    assert traj.truncations[-1, :, -1].all() and not traj.truncations[0].any()
-    assert (traj.bootstrap_values[-1] != 0).all() and (traj.bootstrap_values[0] == 0).all()
+    assert batch.truncations[-1, :, -1].all() and not batch.truncations[0].any()
+    assert (batch.bootstrap_values[-1] != 0).all() and (batch.bootstrap_values[0] == 0).all()
     # One forward after the last chunk serves both: every row reset, so its last value is V(final obs).
-    assert torch.equal(traj.values[-1, :, 0], traj.bootstrap_values[-1])
-    for key, value in traj.forward_inputs.items():
+    assert torch.equal(batch.last_values[:, 0], batch.bootstrap_values[-1])
+    for key, value in batch.forward_inputs.items():
         assert value.shape[:2] == (T, N), key
     assert env_metrics["env/num_trajectories"] == N
     assert env_metrics["time/env/step_s"] > 0 and roll_metrics["time/rollout/infer_s"] > 0
-    batch = traj.to_batch()
-    assert batch["logprobs"] is traj.logprobs and batch["values"].shape[0] == T + 1
+    with_last = batch.values_with_bootstrap()
+    assert with_last.shape == (T + 1, N, C) and torch.equal(with_last[-1], batch.last_values)
+    assert batch.advantages is None and batch.loss_mask is None  # targets: compute_advantages sets them
 
 
 def test_eval_mode_fixed_reset_ids_keeps_no_trajectory(workers):
@@ -196,7 +201,7 @@ def test_training_stream_restores_from_a_checkpointed_state(workers):
     rollouts.set_rng_state.each([(s,) for s in saved]).wait()
     envs.set_state.each([(s,) for s in env_state]).wait()
     _, (again, _) = run_epoch(envs, rollouts)
-    assert torch.equal(again.action_tokens, first.action_tokens)
+    assert torch.equal(again.batch.action_record, first.batch.action_record)
     assert _equal_states(rollouts.get_rng_state().wait()[0], after_first[0])
 
 
@@ -211,12 +216,14 @@ def test_trajectory_orders_envs_by_env_rank_then_stage():
     for s in range(stages):
         ids = torch.tensor([e * stages * n + s * n + i for e in range(k) for i in range(n)], dtype=torch.float32)
         step = {key: [ids.clone() for _ in range(steps)] for key in
-                ("action_tokens", "logprobs", "rewards", "truncations", "dones",
+                ("action_record", "logprobs", "rewards", "truncations", "dones",
                  "values", "bootstrap_values")}
         step["last_values"] = [ids.clone()]
         step["forward_inputs"] = [{"pixel_values": ids.clone()} for _ in range(steps)]
         rec.append(step)
     traj = RolloutWorker._build(me, rec)
     expected = torch.arange(k * stages * n, dtype=torch.float32)
-    assert torch.equal(traj.action_tokens[0], expected) and torch.equal(traj.values[-1], expected)
-    assert torch.equal(traj.forward_inputs["pixel_values"][1], expected) and traj.version == 7
+    b = traj.batch
+    assert torch.equal(b.action_record[0], expected) and torch.equal(b.values[-1], expected)
+    assert torch.equal(b.last_values, expected)
+    assert torch.equal(b.forward_inputs["pixel_values"][1], expected) and traj.version == 7

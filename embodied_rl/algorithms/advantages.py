@@ -1,22 +1,9 @@
-"""`compute_advantages`: rollout batch -> token advantages, value targets and loss mask.
+"""`compute_advantages`: a rollout batch (embodied_rl/rollout_batch.py, which describes every
+field) -> the same batch with its advantages, value targets and loss mask.
 
-Rollout layout (time-major over chunk steps): T chunk steps, N envs, C actions per chunk,
-A tokens per action, L = C * A action tokens per chunk (the chunk is one "turn").
-
-batch keys (tensors):
-  rewards           float [T, N, C]  reward of each env step
-  dones             bool  [T, N, C]  episode end (termination or truncation) after that step
-  truncations       bool  [T, N, C]  optional; time-limit ends among dones (needs bootstrap_values)
-  bootstrap_values  float [T, N] or [T, N, C]  V(final_obs) where a truncation happened
-                    (required with truncations for gae/bi_level_gae; grpo/reinforce_pp use it if given)
-  values            float [T + 1, N, K]  value predictions, K = C (reward_type action_level)
-                    or 1 (chunk_level); bi_level_gae also takes K = L; row T bootstraps the
-                    episode still running after the last chunk. Needed by gae, bi_level_gae.
-  loss_mask         bool  [T, N] or [T, N, C]  optional; else pass auto_reset= to build it
-  logprobs          float [T, N, L]  rollout log-probs (gives L when action_dim is not passed)
-  ref_logprobs      float [T, N, L]  reference log-probs, for kl_beta > 0
-Order: reward_norm -> reward_clip -> KL shaping -> truncation bootstrap (bootstrap_type standard) -> estimator ->
-normalize_advantages -> advantage_clip.
+Order: reward_norm -> reward_clip -> KL shaping -> truncation bootstrap (bootstrap_type
+standard) -> estimator -> normalize_advantages -> advantage_clip. An estimator (registered in
+ADVANTAGE_ESTIMATORS) sees the processed rewards at its granularity as `RewardSteps`.
 """
 from __future__ import annotations
 
@@ -40,6 +27,7 @@ from embodied_rl.algorithms.rewards import (
     normalize_rewards,
 )
 from embodied_rl.config.schema.algorithm import AlgorithmConfig
+from embodied_rl.rollout_batch import RolloutBatch
 
 
 @dataclass
@@ -49,7 +37,7 @@ class RewardSteps:
     rewards: Tensor  # [T, N, K]
     dones: Tensor  # bool [T, N, K]
     mask: Tensor  # bool [T, N, K]
-    values: Tensor | None  # [T + 1, N, Kv]
+    values: Tensor | None  # [T + 1, N, Kv]: RolloutBatch.values_with_bootstrap()
     num_tokens: int  # L
 
 
@@ -74,11 +62,11 @@ def _from_time(x: Tensor, k: int) -> Tensor:
 def _require_values(steps: RewardSteps, adv_type: str, allowed: tuple[int, ...]) -> Tensor:
     v = steps.values
     if v is None:
-        raise ValueError(f"adv_type={adv_type} needs batch['values'] [T+1, N, K] from the value head")
+        raise ValueError(f"adv_type={adv_type} needs the rollout's values [T, N, K] and last_values [N, K] from the value head")
     t, n, _ = steps.rewards.shape
     if v.dim() != 3 or v.shape[0] != t + 1 or v.shape[1] != n or v.shape[2] not in allowed:
         raise ValueError(
-            f"batch['values'] has shape {tuple(v.shape)}, adv_type={adv_type} needs [{t + 1}, {n}, K] with K in {allowed} "
+            f"the rollout's values with their last row have shape {tuple(v.shape)}, adv_type={adv_type} needs [{t + 1}, {n}, K] with K in {allowed} "
             "(action_level values need actor.model value_type action_level, chunk_level one value per chunk)"
         )
     return v
@@ -109,7 +97,7 @@ def _grpo(cfg: AlgorithmConfig, steps: RewardSteps) -> EstimatorOutput:
     if bool((episodes > 1).any()):
         raise ValueError(
             "adv_type=grpo scores one episode per env and rollout epoch, but an env finished several; "
-            "set env.train.auto_reset: false (or pass a loss_mask that keeps only the first episode)"
+            "set env.train.auto_reset: false (or pass a step_mask that keeps only the first episode)"
         )
     scores = (steps.rewards * steps.mask).sum(dim=(0, 2))
     adv, uniform = est.group_normalized_scores(scores, cfg.group_size, cfg.norm_adv_by_std_in_grpo)
@@ -130,43 +118,36 @@ def _bi_level_gae(cfg: AlgorithmConfig, steps: RewardSteps) -> EstimatorOutput:
     return EstimatorOutput(adv, group_tokens(ret, num_tokens // values.shape[-1])[..., -1])
 
 
-def _num_tokens(batch: dict[str, Tensor], num_actions: int, action_dim: int | None) -> int:
-    if action_dim is not None:
-        return num_actions * action_dim
-    if "logprobs" in batch:
-        return int(batch["logprobs"].shape[-1])
-    raise ValueError("compute_advantages needs action_dim= or batch['logprobs'] [T, N, C*A] to know the tokens per chunk")
+def _num_entries(batch: RolloutBatch, num_actions: int, action_dim: int | None) -> int:
+    return num_actions * action_dim if action_dim is not None else int(batch.logprobs.shape[-1])
 
 
-def _step_mask(batch: dict[str, Tensor], auto_reset: bool | None) -> Tensor:
-    dones = batch["dones"].bool()
-    if "loss_mask" in batch:
-        m = batch["loss_mask"].bool()
+def _step_mask(dones: Tensor, step_mask: Tensor | None, auto_reset: bool | None) -> Tensor:
+    if step_mask is not None:
+        m = step_mask.bool()
         return m.unsqueeze(-1).expand_as(dones) if m.dim() == 2 else m
     if auto_reset is None:
-        raise ValueError("compute_advantages needs batch['loss_mask'] or auto_reset= (env.train.auto_reset) to mask invalid steps")
+        raise ValueError("compute_advantages needs step_mask= or auto_reset= (env.train.auto_reset) to mask invalid steps")
     return build_loss_mask(dones, auto_reset)
 
 
-def _kl_per_step(cfg: AlgorithmConfig, batch: dict[str, Tensor], num_tokens: int, num_actions: int) -> Tensor:
-    keys = ("logprobs", "ref_logprobs")
-    missing = [k for k in keys if k not in batch]
-    if missing:
-        raise ValueError(f"algorithm.kl_beta > 0 with kl_penalty={cfg.kl_penalty} needs batch keys {missing}")
-    kl = kl_penalty(batch[keys[0]], batch[keys[1]], cfg.kl_penalty)  # [T, N, L]
+def _kl_per_step(cfg: AlgorithmConfig, batch: RolloutBatch, num_tokens: int, num_actions: int) -> Tensor:
+    if batch.ref_logprobs is None:
+        raise ValueError(f"algorithm.kl_beta > 0 with kl_penalty={cfg.kl_penalty} needs the rollout's ref_logprobs")
+    kl = kl_penalty(batch.logprobs, batch.ref_logprobs, cfg.kl_penalty)  # [T, N, L]
     return group_tokens(kl, num_tokens // num_actions).sum(-1)  # [T, N, C]: KL of each action
 
 
 def prepare_reward_steps(
     cfg: AlgorithmConfig,
-    batch: dict[str, Tensor],
+    batch: RolloutBatch,
     step_mask: Tensor,
     num_tokens: int,
     reward_stats: RunningRewardStats | None = None,
 ) -> RewardSteps:
     """Normalise, clip, KL-shape and bootstrap rewards at the configured granularity."""
-    rewards = batch["rewards"].float() * step_mask
-    dones = batch["dones"].bool()
+    rewards = batch.rewards.float() * step_mask
+    dones = batch.dones.bool()
     num_actions = rewards.shape[-1]
     chunk = cfg.reward_type == "chunk_level"
     if chunk:
@@ -182,39 +163,39 @@ def prepare_reward_steps(
         kl = _kl_per_step(cfg, batch, num_tokens, num_actions) * step_mask
         rewards = rewards - cfg.kl_beta * (kl.sum(-1, keepdim=True) if chunk else kl)
     # bootstrap_type none: a truncation ends the task like a termination (dones already say so).
-    has_trunc = cfg.bootstrap_type == "standard" and "truncations" in batch and bool(batch["truncations"].any())
-    if has_trunc and "bootstrap_values" not in batch and cfg.uses_critic:
-        raise ValueError("batch['truncations'] has truncated episodes but no batch['bootstrap_values'] (V(final_obs))")
-    if has_trunc and "bootstrap_values" in batch:  # critic-free estimators bootstrap only if given values
-        trunc = (batch["truncations"].bool() & step_mask).float()
-        boot = batch["bootstrap_values"].float()
+    has_trunc = cfg.bootstrap_type == "standard" and bool(batch.truncations.any())
+    if has_trunc and batch.bootstrap_values is None and cfg.uses_critic:
+        raise ValueError("the rollout has truncated episodes but no bootstrap_values (V(final_obs))")
+    if has_trunc and batch.bootstrap_values is not None:  # critic-free estimators bootstrap only if given values
+        trunc = (batch.truncations.bool() & step_mask).float()
+        boot = batch.bootstrap_values.float()
         boot = boot.unsqueeze(-1) if boot.dim() == 2 else boot
         extra = trunc * boot  # [T, N, C]
         discount = cfg.high_level_gamma if cfg.adv_type == "bi_level_gae" else cfg.gamma
         rewards = rewards + discount * (extra.sum(-1, keepdim=True) if chunk else extra)
-    return RewardSteps(rewards, dones, mask, batch.get("values"), num_tokens)
+    return RewardSteps(rewards, dones, mask, batch.values_with_bootstrap(), num_tokens)
 
 
 def compute_advantages(
     cfg: AlgorithmConfig,
-    batch: dict[str, Tensor],
+    batch: RolloutBatch,
     *,
     action_dim: int | None = None,
     auto_reset: bool | None = None,
+    step_mask: Tensor | None = None,
     reward_stats: RunningRewardStats | None = None,
-) -> dict[str, Tensor]:
-    """Advantages for the configured estimator (see the module docstring for batch keys).
+) -> RolloutBatch:
+    """`batch` with the targets of the configured estimator set (see RolloutBatch): advantages,
+    loss_mask, processed_rewards, and for critic-based estimators returns and value_mask.
 
-    Returns:
-      advantages  float [T, N, L]  per action token (0 where masked)
-      loss_mask   bool  [T, N, L]  tokens that enter the policy loss
-      rewards     float [T, N, K]  processed rewards the estimator saw (for logging)
-      returns     float [T, N, Kv] value targets, and value_mask bool [T, N, Kv] (gae, bi_level_gae)
+    action_dim: entries per action (L = C * action_dim); default: L of batch.logprobs.
+    step_mask: bool [T, N] or [T, N, C], the env steps that count; else built from the dones
+    with auto_reset (env.train.auto_reset).
     """
     with torch.no_grad():
-        num_actions = batch["rewards"].shape[-1]
-        num_tokens = _num_tokens(batch, num_actions, action_dim)
-        step_mask = _step_mask(batch, auto_reset)
+        num_actions = batch.rewards.shape[-1]
+        num_tokens = _num_entries(batch, num_actions, action_dim)
+        step_mask = _step_mask(batch.dones.bool(), step_mask, auto_reset)
         steps = prepare_reward_steps(cfg, batch, step_mask, num_tokens, reward_stats)
         out = ADVANTAGE_ESTIMATORS.get(cfg.adv_type)(cfg, steps)
         token_mask = expand_steps_to_tokens(step_mask, num_tokens)
@@ -225,12 +206,8 @@ def compute_advantages(
             adv = masked_whiten(adv, token_mask)
         if cfg.advantage_clip is not None:
             adv = adv.clamp(-cfg.advantage_clip, cfg.advantage_clip)
-        result = {
-            "advantages": torch.where(token_mask, adv, torch.zeros_like(adv)),
-            "loss_mask": token_mask,
-            "rewards": steps.rewards,
-        }
+        value_mask = None
         if out.returns is not None:
-            result["returns"] = out.returns
-            result["value_mask"] = group_tokens(token_mask, num_tokens // out.returns.shape[-1]).any(-1)
-        return result
+            value_mask = group_tokens(token_mask, num_tokens // out.returns.shape[-1]).any(-1)
+        return batch.with_targets(advantages=torch.where(token_mask, adv, torch.zeros_like(adv)), loss_mask=token_mask,
+                                  processed_rewards=steps.rewards, returns=out.returns, value_mask=value_mask)

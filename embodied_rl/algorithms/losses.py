@@ -1,7 +1,8 @@
 """PPO/GRPO policy loss, value loss and the combined `compute_actor_critic_loss`.
 
-The runtime flattens (time, env) into a micro-batch of B chunks: token tensors are
-[B, L] (L = C * A action tokens of one chunk), value tensors [B, K] (K = C or 1, or L).
+The runtime flattens (time, env) into a micro-batch of B chunks: log-prob, entropy, advantage
+and mask tensors are [B, L] (L = the policy's log-prob entries per chunk; OpenVLA-OFT: C * A
+tokens), value tensors [B, K] (K = C or 1, or L).
 Per-entry loss terms are pure functions; aggregation follows `loss_agg_func` with one
 row = one chunk.
 """

@@ -10,8 +10,8 @@ from embodied_rl.algorithms.masks import masked_mean
 def sft_loss(logprobs: Tensor, loss_mask: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
     """Mean negative log-likelihood of the expert's action tokens.
 
-    logprobs:  float [B, L]  log pi(expert token) per action token (policy.evaluate_actions at
-                             temperature 1), L = num_action_chunks * action_dim
+    logprobs:  float [B, L]  log-probs of the expert's action record (policy.evaluate_actions at
+                             temperature 1), L = the policy's log-prob entries per sample
     loss_mask: bool  [B, L]  False for the steps of a chunk past the end of its episode
     Returns (scalar loss, metrics): sft/nll and sft/token_prob (mean probability of the
     expert token: 1/256 for a uniform policy, 1 for a perfect one), detached 0-dim tensors on

@@ -1,9 +1,9 @@
-"""Demonstrations as SFT training samples: normalisation statistics, token targets, a sampler.
+"""Demonstrations as SFT training samples: normalisation statistics, action records, a sampler.
 
-SFT trains the policy on the path PPO trains it: `evaluate_actions` re-scores the expert's
-action tokens, so the inputs and targets below are exactly what a rollout would have produced
-(`prepare_inputs` of the observation; the action chunk normalised with the policy's statistics
-and binned by its action tokenizer).
+SFT trains the policy on the path PPO trains it: `evaluate_actions` re-scores the policy's
+record of the expert's action, so the inputs and targets below are exactly what a rollout
+would have produced (`prepare_inputs` of the observation; the action chunk normalised with the
+policy's statistics and recorded as the policy records its own samples).
 """
 from __future__ import annotations
 
@@ -55,26 +55,35 @@ def sft_statistics(cfg) -> dict[str, Any]:
 
 @dataclass
 class SFTSamples:
-    """N samples on the actor: policy inputs (dict of [N, ...] tensors), relative action tokens
-    int64 [N, L] and the loss mask bool [N, L] (L = C*A; False past an episode's end).
-    With `actions` (the normalised expert actions, float [N, L]) and `tokenize` (the policy's
-    binning of them), `select` can re-bin noisy copies of the actions."""
+    """N samples on the actor: policy inputs (dict of [N, ...] tensors), the policy's action
+    record of each expert action [N, ...] (PolicyOutput.action_record: what evaluate_actions
+    scores) and the loss mask bool [N, L] over its L log-prob entries (False past an episode's end).
+    With `actions` (the normalised expert actions, float [N, C*A]) and `tokenize` (the policy's
+    record of them), `select` can record noisy copies of the actions."""
 
     inputs: dict[str, Tensor]
-    action_tokens: Tensor
+    action_record: Tensor
     loss_mask: Tensor
     actions: Tensor | None = None
     tokenize: Callable[[Tensor], Tensor] | None = None
 
     def __len__(self) -> int:
-        return int(self.action_tokens.shape[0])
+        return int(self.action_record.shape[0])
+
+    @property
+    def action_width(self) -> int:
+        """C*A, the width of the normalised actions that noise is added to."""
+        if self.actions is None:
+            raise ValueError("these SFT samples keep no actions to add noise to (build them with build_samples)")
+        return int(self.actions.shape[1])
 
     def select(self, index: Tensor, noise: Tensor | None = None) -> tuple[dict[str, Tensor], Tensor, Tensor]:
-        """The samples at `index`; `noise` float [len(index), L] is added to their normalised
-        actions (clamped to [-1, 1]) before binning."""
+        """(inputs, action records, loss mask) of the samples at `index`; `noise` float
+        [len(index), C*A] is added to their normalised actions (clamped to [-1, 1]) before they
+        are recorded."""
         inputs = {k: v[index] for k, v in self.inputs.items()}
         if noise is None:
-            return inputs, self.action_tokens[index], self.loss_mask[index]
+            return inputs, self.action_record[index], self.loss_mask[index]
         if self.actions is None or self.tokenize is None:
             raise ValueError("these SFT samples keep no actions to add noise to (build them with build_samples)")
         noisy = (self.actions[index] + noise.to(self.actions.dtype)).clamp(-1.0, 1.0)

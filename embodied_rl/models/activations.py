@@ -118,7 +118,7 @@ def count_activations(policy: BasePolicy, obs: EnvObservation, device: torch.dev
                 record = policy.predict(fake_inputs, do_sample=False)
             unit_inputs[0] = 0
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                policy.evaluate_actions(fake_inputs, record.action_tokens)
+                policy.evaluate_actions(fake_inputs, record.action_record)
     finally:
         for h in handles:
             h.remove()

@@ -26,20 +26,26 @@ if TYPE_CHECKING:
 
 @dataclass
 class PolicyOutput:
-    """One rollout forward pass for B observations (C = num_action_chunks, A = action_dim).
+    """One rollout forward pass for B observations (C = num_action_chunks, A = action_dim,
+    L = the policy's number of log-prob entries per sample).
 
-    actions:        float32 [B, C, A] un-normalised with the checkpoint's dataset statistics.
-    action_tokens:  int64 [B, C*A] sampled tokens as *relative* bins 0..255 (the column of the
-                    256-wide action logits); absolute vocabulary id = base_vocab - 256 + token.
-    logprobs:       float32 [B, C*A] log pi(token) under the processed (temperature, top-k) distribution.
-    entropy:        float32 [B, C*A] entropy of each token's processed distribution.
+    actions:        float32 [B, C, A] what the env executes, un-normalised with the checkpoint's
+                    dataset statistics.
+    action_record:  Tensor [B, ...], whatever this policy needs to score the sampled action again
+                    (e.g. the sampled token ids of a discretising policy, or the pre-squash sample
+                    of a Gaussian one). Opaque to the runtime: it stores the record per sample,
+                    slices it along B and hands it back to `evaluate_actions`; only the policy
+                    reads it.
+    logprobs:       float32 [B, L] log-probs of the record's entries under the distribution it was
+                    sampled from (after the sampling settings, e.g. temperature).
+    entropy:        float32 [B, L] entropy of each entry's distribution.
     values:         float32 [B, 1] (chunk_level) or [B, C] (action_level); None without a value head.
-    forward_inputs: batch-first tensors that re-score the tokens with evaluate_actions
+    forward_inputs: batch-first tensors that re-score the record with evaluate_actions
                     (OpenVLA-OFT: input_ids, attention_mask, images uint8, [proprio]).
     """
 
     actions: torch.Tensor
-    action_tokens: torch.Tensor
+    action_record: torch.Tensor
     logprobs: torch.Tensor
     entropy: torch.Tensor
     values: torch.Tensor | None
@@ -59,14 +65,15 @@ class BasePolicy(nn.Module):
                 logprob_top_k: int | None = None, compute_values: bool = True,
                 generator: GeneratorLike = None) -> PolicyOutput:
         """One forward pass producing a chunk of actions (call under torch.no_grad for rollouts);
-        tokens drawn with `top_k`, their log-probs under `logprob_top_k` (None: the same)."""
+        drawn with `top_k`, their log-probs under `logprob_top_k` (None: the same)."""
         return self(inputs, mode="predict", do_sample=do_sample, temperature=temperature, top_k=top_k,
                     logprob_top_k=logprob_top_k, compute_values=compute_values, generator=generator)
 
-    def evaluate_actions(self, inputs: dict[str, torch.Tensor], action_tokens: torch.Tensor, *, temperature: float = 1.0,
+    def evaluate_actions(self, inputs: dict[str, torch.Tensor], action_record: torch.Tensor, *, temperature: float = 1.0,
                          top_k: int = 0, compute_values: bool = True) -> dict[str, torch.Tensor]:
-        """Re-score stored tokens with gradients: {"logprobs", "entropy" [B, C*A], "values" [B, 1|C] or None}."""
-        return self(inputs, mode="evaluate", action_tokens=action_tokens, temperature=temperature, top_k=top_k,
+        """Re-score stored action records [B, ...] (PolicyOutput.action_record) with gradients:
+        {"logprobs", "entropy" float [B, L], "values" [B, 1|C] or None}."""
+        return self(inputs, mode="evaluate", action_record=action_record, temperature=temperature, top_k=top_k,
                     compute_values=compute_values)
 
     def state_values(self, privileged: torch.Tensor) -> torch.Tensor:

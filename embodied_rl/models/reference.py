@@ -1,4 +1,4 @@
-"""The frozen KL reference: log-probs of sampled action tokens under the policy as RL started.
+"""The frozen KL reference: log-probs of sampled actions under the policy as RL started.
 
 `build_kl_reference` picks how to keep that starting policy, so callers never branch on it:
   - a view of the policy itself when the policy can provide one (LoRA: the base weights with
@@ -24,18 +24,19 @@ if TYPE_CHECKING:
 
 
 class KLReference:
-    """Scores action tokens with `scorer` inside `view()` (the starting weights)."""
+    """Scores action records with `scorer` inside `view()` (the starting weights)."""
 
     def __init__(self, scorer: BasePolicy, view: Callable[[], AbstractContextManager[None]] = nullcontext,
                  *, shares_weights: bool = False) -> None:
         self.scorer, self._view, self.shares_weights = scorer, view, shares_weights
 
     @torch.no_grad()
-    def logprobs(self, inputs: dict[str, torch.Tensor], action_tokens: torch.Tensor, *, temperature: float = 1.0,
+    def logprobs(self, inputs: dict[str, torch.Tensor], action_record: torch.Tensor, *, temperature: float = 1.0,
                  top_k: int = 0) -> torch.Tensor:
-        """[B, L] log-probs of `action_tokens` under the same processing (temperature, top-k) as the rollout."""
+        """float [B, L] log-probs of `action_record` [B, ...] (PolicyOutput.action_record) under the
+        same sampling settings as the rollout."""
         with self._view():
-            out = self.scorer.evaluate_actions(inputs, action_tokens, temperature=temperature, top_k=top_k,
+            out = self.scorer.evaluate_actions(inputs, action_record, temperature=temperature, top_k=top_k,
                                                compute_values=False)
         return out["logprobs"]
 

@@ -23,7 +23,7 @@ from embodied_rl.distributed.channel import Channel
 from embodied_rl.types import EnvObservation
 
 if TYPE_CHECKING:  # env workers exchange numpy arrays only and never import torch
-    import torch
+    from embodied_rl.rollout_batch import RolloutBatch
 
 
 def obs_key(queue: str, rollout_rank: int, stage: int) -> str:
@@ -103,7 +103,7 @@ class ActionMessage:
 
 @dataclass
 class SamplingSpec:
-    """How the rollout samples action tokens (from algorithm.sampling_params)."""
+    """How the rollout samples actions (from algorithm.sampling_params)."""
 
     do_sample: bool = True
     temperature: float = 1.0
@@ -120,68 +120,23 @@ class SamplingSpec:
 
 @dataclass
 class Trajectory:
-    """One rollout epoch of one rollout worker, time-major (T chunk steps, N sub-envs).
+    """One rollout epoch of one rollout worker: its batch (embodied_rl/rollout_batch.py), whose
+    N axis orders sub-envs by (env rank, stage, index in stage), i.e. the global sub-env index
+    among the env workers this rollout worker serves, and the weight version its actions were
+    sampled with."""
 
-    N orders sub-envs by (env rank, stage, index in stage), i.e. the global sub-env index
-    among the env workers this rollout worker serves. L = C*A tokens, Kv = value width.
-      forward_inputs   dict[str, Tensor [T, N, ...]]  PolicyOutput.forward_inputs
-      action_tokens    int64 [T, N, L]
-      logprobs         float32 [T, N, L]   old log-probs
-      rewards          float32 [T, N, C]
-      truncations, dones  bool [T, N, C]  (the learner masks steps after a done itself)
-      values           float32 [T+1, N, Kv] or None (no value head); row T = V(last obs)
-      bootstrap_values float32 [T, N] V(final_obs) at chunk steps where the sub-env auto-reset
-                       (0 elsewhere); None without values
-      version          weight version the actions were sampled with
-      ref_logprobs     float32 [T, N, L] log-probs of the same tokens under the frozen reference
-                       policy (the checkpoint as loaded), for algorithm.kl_beta / use_kl_loss; else None
-    """
-
-    forward_inputs: dict[str, torch.Tensor]
-    action_tokens: torch.Tensor
-    logprobs: torch.Tensor
-    rewards: torch.Tensor
-    truncations: torch.Tensor
-    dones: torch.Tensor
-    values: torch.Tensor | None
-    bootstrap_values: torch.Tensor | None
+    batch: RolloutBatch
     version: int
-    ref_logprobs: torch.Tensor | None = None
 
     @property
     def num_envs(self) -> int:
-        return int(self.action_tokens.shape[1])
-
-    def to_batch(self) -> dict:
-        """The dict compute_advantages / ActorWorker.train_step consume (shared tensor keys)."""
-        batch = {
-            "forward_inputs": self.forward_inputs, "action_tokens": self.action_tokens,
-            "logprobs": self.logprobs, "rewards": self.rewards,
-            "dones": self.dones, "truncations": self.truncations,
-        }
-        if self.values is not None:
-            batch["values"] = self.values
-            batch["bootstrap_values"] = self.bootstrap_values
-        if self.ref_logprobs is not None:
-            batch["ref_logprobs"] = self.ref_logprobs
-        return batch
+        return self.batch.num_envs
 
 
 def concat_trajectories(parts: list[Trajectory]) -> Trajectory:
     """Join trajectories of several rollout workers along N (in the given order)."""
-    import torch
+    from embodied_rl.rollout_batch import RolloutBatch
 
     if len({p.version for p in parts}) != 1:
         raise ValueError(f"trajectories from different weight versions: {[p.version for p in parts]}")
-
-    def cat(xs):
-        return None if xs[0] is None else torch.cat(xs, dim=1)
-
-    return Trajectory(
-        forward_inputs={k: torch.cat([p.forward_inputs[k] for p in parts], 1) for k in parts[0].forward_inputs},
-        action_tokens=cat([p.action_tokens for p in parts]), logprobs=cat([p.logprobs for p in parts]),
-        rewards=cat([p.rewards for p in parts]), truncations=cat([p.truncations for p in parts]),
-        dones=cat([p.dones for p in parts]), values=cat([p.values for p in parts]),
-        ref_logprobs=cat([p.ref_logprobs for p in parts]),
-        bootstrap_values=cat([p.bootstrap_values for p in parts]), version=parts[0].version,
-    )
+    return Trajectory(RolloutBatch.concat_envs([p.batch for p in parts]), parts[0].version)

@@ -30,6 +30,7 @@ from embodied_rl.distributed.channel import Channel
 from embodied_rl.distributed.placement import rollout_rank_of
 from embodied_rl.distributed.weight_sync import received_buckets
 from embodied_rl.models.generators import DeviceGenerators
+from embodied_rl.rollout_batch import RolloutBatch
 from embodied_rl.timing import Timer
 from embodied_rl.types import EnvObservation
 from embodied_rl.workers.protocol import (
@@ -149,7 +150,7 @@ class RolloutWorker:
             if keep:
                 self._record_step(rec, out, msgs)
                 if self.kl_reference is not None:
-                    ref = self.kl_reference.logprobs(inputs, out.action_tokens, temperature=spec.temperature, top_k=spec.scored_top_k)
+                    ref = self.kl_reference.logprobs(inputs, out.action_record, temperature=spec.temperature, top_k=spec.scored_top_k)
                     rec["ref_logprobs"].append(ref.float().cpu())
         elif keep and self.compute_values:
             # V(final obs) equals V(obs) on rows that did not reset, and rows that did are done
@@ -185,7 +186,7 @@ class RolloutWorker:
 
     def _record_step(self, rec: dict, out, msgs: list[EnvStepMessage]) -> None:
         rec["forward_inputs"].append({k: v.cpu() for k, v in out.forward_inputs.items()})
-        rec["action_tokens"].append(out.action_tokens.cpu())
+        rec["action_record"].append(out.action_record.cpu())
         rec["logprobs"].append(out.logprobs.float().cpu())
         if self.compute_values:
             if out.values is None:
@@ -213,7 +214,7 @@ class RolloutWorker:
         k = len(self.env_ranks)
 
         def merge(get) -> torch.Tensor:
-            per_stage = [get(rec[s]) for s in range(self.stages)]  # [T(+1), k*n, ...] each
+            per_stage = [get(rec[s]) for s in range(self.stages)]  # [T, k*n, ...] each (last values: T = 1)
             blocks = []
             for i in range(k):
                 for block in per_stage:
@@ -225,17 +226,17 @@ class RolloutWorker:
             return merge(lambda r: torch.stack(r[key]))
 
         fi_keys = list(rec[0]["forward_inputs"][0])
-        values = boot = None
+        values = last_values = boot = None
         if self.compute_values:
-            values = merge(lambda r: torch.stack(r["values"] + r["last_values"]))
-            boot = field("bootstrap_values")
-        return Trajectory(
+            values, last_values, boot = field("values"), field("last_values")[0], field("bootstrap_values")
+        batch = RolloutBatch(
             forward_inputs={key: merge(lambda r, key=key: torch.stack([x[key] for x in r["forward_inputs"]])) for key in fi_keys},
-            action_tokens=field("action_tokens"), logprobs=field("logprobs"), rewards=field("rewards"),
+            action_record=field("action_record"), logprobs=field("logprobs"), rewards=field("rewards"),
             truncations=field("truncations"), dones=field("dones"),
-            values=values, bootstrap_values=boot, version=self.version,
+            values=values, last_values=last_values, bootstrap_values=boot,
             ref_logprobs=field("ref_logprobs") if rec[0].get("ref_logprobs") else None,
         )
+        return Trajectory(batch, self.version)
 
     # ------------------------------------------------------------------ weights / memory
     def update_weights(self, weights: dict[str, torch.Tensor] | list[ray.ObjectRef], version: int) -> int:

@@ -174,6 +174,10 @@ class OpenVLAOFTPolicy(OFTCheckpointIO, BasePolicy):
     def _predict(self, inputs: dict[str, torch.Tensor], *, do_sample: bool, temperature: float, top_k: int,
                  logprob_top_k: int | None = None, compute_values: bool = True,
                  generator: GeneratorLike = None) -> PolicyOutput:
+        """The action record is int64 [B, C*A]: the sampled tokens as *relative* bins 0..255 (the
+        column of the 256-wide action logits; absolute vocabulary id = base_vocab - 256 + bin);
+        logprobs and entropy [B, C*A] are per token (L = C*A) under the processed (temperature,
+        top-k) distribution."""
         logits, values = self._logits_and_values(inputs, compute_values)
         tokens, logprobs, entropy, extra = S.sample_and_score(logits, do_sample=do_sample, temperature=temperature, top_k=top_k,
                                                        logprob_top_k=logprob_top_k, window=self.model_cfg.action_bin_window,
@@ -181,18 +185,18 @@ class OpenVLAOFTPolicy(OFTCheckpointIO, BasePolicy):
         normed = self.action_tokenizer.decode(tokens).view(tokens.shape[0], self.model_cfg.num_action_chunks, self.model_cfg.action_dim)
         return PolicyOutput(
             actions=self.action_norm.unnormalize(normed),
-            action_tokens=tokens,
+            action_record=tokens,
             logprobs=logprobs,
             entropy=entropy,
             values=values,
             forward_inputs={**inputs, **extra},
         )
 
-    def _evaluate(self, inputs: dict[str, torch.Tensor], *, action_tokens: torch.Tensor, temperature: float, top_k: int,
+    def _evaluate(self, inputs: dict[str, torch.Tensor], *, action_record: torch.Tensor, temperature: float, top_k: int,
                   compute_values: bool = True) -> dict[str, torch.Tensor]:
         logits, values = self._logits_and_values(inputs, compute_values)
         processed = S.process_logits(logits, temperature, top_k, self.model_cfg.action_bin_window, inputs.get(S.WINDOW_CENTER))
-        tokens = action_tokens.to(processed.device).long()
+        tokens = action_record.to(processed.device).long()
         # clone(): FSDP2 warns on view outputs (an in-place op on them would skip its backward hook).
         return {"logprobs": S.token_logprobs(processed, tokens).clone(), "entropy": S.token_entropy(processed), "values": values}
 

@@ -1,62 +1,70 @@
-"""The actor's view of a rollout batch: flatten time-major tensors, plan minibatches per rank.
+"""The actor's view of a rollout batch: samples to train on, the minibatch plan per rank, and
+the rollout/* statistics.
 
-Batch contract (what the runner hands `ActorWorker.train_step`; T chunk steps, N envs,
-L = C*A action tokens, Kv = 1 or C values per chunk), all tensors time-major [T, N, ...]:
-
-    forward_inputs  dict[str, Tensor [T, N, ...]]  PolicyOutput.forward_inputs stacked by the rollout
-    action_tokens   int64 [T, N, L]                sampled tokens (relative bins)
-    logprobs        float [T, N, L]                log-probs at rollout time (old policy)
-    advantages      float [T, N, L]                from embodied_rl.algorithms.compute_advantages
-    loss_mask       bool  [T, N, L]                idem
-    values          float [T, N, Kv]               rollout values of the T steps (critic only;
-                                                   NOT the [T+1] array given to compute_advantages)
-    returns         float [T, N, Kv]               value targets (critic only)
-    value_mask      bool  [T, N, Kv]               (critic only)
-    ref_logprobs    float [T, N, L]                optional, for algorithm.use_kl_loss
-
-Each actor rank builds it from the rollout workers' trajectories (`ActorWorker.train_on_rollouts`:
-`Trajectory.to_batch` plus the estimator's outputs); one sample = one (chunk step, env) pair.
+The actor trains on a `RolloutBatch` (embodied_rl/rollout_batch.py) whose targets
+compute_advantages has set (`ActorWorker.train_on_rollouts` builds it from the rollout workers'
+trajectories on every rank); one sample = one (chunk step, env) pair.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from embodied_rl.algorithms.losses import explained_variance
 from embodied_rl.errors import ConfigError
-
-REQUIRED_KEYS = ("forward_inputs", "action_tokens", "logprobs", "advantages", "loss_mask")
-CRITIC_KEYS = ("values", "returns", "value_mask")
-OPTIONAL_KEYS = ("ref_logprobs",)
+from embodied_rl.rollout_batch import RolloutBatch
 
 
-def actor_batch(rollout_batch: dict) -> dict:
-    """The contract's keys out of the runner's rollout batch (`Trajectory.to_batch` plus the
-    estimator's outputs): the T rows of values, not the [T+1] array with the bootstrap row."""
-    out = {k: rollout_batch[k] for k in REQUIRED_KEYS + CRITIC_KEYS + OPTIONAL_KEYS if k in rollout_batch}
-    if "values" in rollout_batch:
-        out["values"] = rollout_batch["values"][:-1]
-    return out
+@dataclass
+class Samples:
+    """The fields of a RolloutBatch that one update trains on, with (T, N) flattened to one
+    sample axis B = T * N (same names, same trailing shapes). The critic's fields (values: the
+    rollout's values of the T steps, returns, value_mask) are None when no critic trains."""
+
+    forward_inputs: dict[str, Tensor]
+    action_record: Tensor
+    logprobs: Tensor
+    advantages: Tensor
+    loss_mask: Tensor
+    values: Tensor | None = None
+    returns: Tensor | None = None
+    value_mask: Tensor | None = None
+    ref_logprobs: Tensor | None = None
+
+    def __len__(self) -> int:
+        return int(self.logprobs.shape[0])
+
+    def map(self, fn: Callable[[Any], Any]) -> Samples:
+        """`fn` applied to every field that is set (forward_inputs: to the dict, e.g. TrainEngine.to_device)."""
+        return Samples(**{f.name: None if (v := getattr(self, f.name)) is None else fn(v) for f in dataclasses.fields(self)})
+
+    def select(self, index: Tensor) -> Samples:
+        """The samples at `index` (rows of every tensor)."""
+        return self.map(lambda x: {k: v[index] for k, v in x.items()} if isinstance(x, dict) else x[index])
 
 
-def flatten_batch(batch: dict, *, needs_critic: bool) -> dict:
-    """[T, N, ...] -> [T*N, ...] for every tensor (nested `forward_inputs` too); validates keys and shapes."""
-    missing = [k for k in REQUIRED_KEYS + (CRITIC_KEYS if needs_critic else ()) if k not in batch]
+_REQUIRED = ("action_record", "advantages", "loss_mask")
+_CRITIC = ("values", "returns", "value_mask")
+
+
+def flatten_batch(batch: RolloutBatch, *, needs_critic: bool) -> Samples:
+    """[T, N, ...] -> [T*N, ...] for every field the update reads; validates presence and shapes."""
+    missing = [k for k in _REQUIRED + (_CRITIC if needs_critic else ()) if getattr(batch, k) is None]
     if missing:
-        raise ValueError(f"actor batch lacks {missing}; see embodied_rl/workers/actor/batch.py for the contract")
-    lead = tuple(batch["action_tokens"].shape[:2])
-    out: dict = {}
-    for key in REQUIRED_KEYS + CRITIC_KEYS + OPTIONAL_KEYS:
-        if key not in batch or (key in CRITIC_KEYS and not needs_critic):
-            continue
-        value = batch[key]
-        if isinstance(value, dict):
-            out[key] = {k: _flat(f"{key}.{k}", v, lead) for k, v in value.items()}
-        else:
-            out[key] = _flat(key, value, lead)
-    return out
+        raise ValueError(f"the actor's rollout batch lacks {missing}: run compute_advantages on it (embodied_rl/rollout_batch.py)")
+    lead = (batch.num_steps, batch.num_envs)
+    flat = {name: _flat(name, getattr(batch, name), lead) for name in ("action_record", "logprobs", "advantages", "loss_mask")}
+    if needs_critic:
+        flat.update({name: _flat(name, getattr(batch, name), lead) for name in _CRITIC})
+    if batch.ref_logprobs is not None:
+        flat["ref_logprobs"] = _flat("ref_logprobs", batch.ref_logprobs, lead)
+    inputs = {k: _flat(f"forward_inputs.{k}", v, lead) for k, v in batch.forward_inputs.items()}
+    return Samples(forward_inputs=inputs, **flat)
 
 
 def _flat(name: str, x: Tensor, lead: tuple[int, int]) -> Tensor:
@@ -65,15 +73,6 @@ def _flat(name: str, x: Tensor, lead: tuple[int, int]) -> Tensor:
     if tuple(x.shape[:2]) != lead:
         raise ValueError(f"actor batch: {name} has leading shape {tuple(x.shape[:2])}, expected [T, N] = {list(lead)}")
     return x.reshape(lead[0] * lead[1], *x.shape[2:])
-
-
-def select(flat: dict, index: Tensor) -> dict:
-    """Rows `index` of every tensor of a flattened batch."""
-    return {k: select(v, index) if isinstance(v, dict) else v[index] for k, v in flat.items()}
-
-
-def num_samples(flat: dict) -> int:
-    return int(flat["action_tokens"].shape[0])
 
 
 def check_batch_sizes(total: int, global_batch: int, micro: int, world: int) -> int:
@@ -113,23 +112,23 @@ def rank_micro_batches(global_indices: Tensor, micro: int, rank: int, world: int
     return [mine[i: i + micro] for i in range(0, per_rank, micro)]
 
 
-def rollout_stats(batch: dict) -> dict[str, float]:
-    """rollout/* metrics of a rollout batch with its advantages (before `actor_batch`)."""
-    mask = batch["loss_mask"].float()
+def rollout_stats(batch: RolloutBatch) -> dict[str, float]:
+    """rollout/* metrics of a rollout batch with its targets (compute_advantages)."""
+    mask = batch.loss_mask.float()
     denom = mask.sum().clamp_min(1.0)
     out = {
-        "rollout/reward_per_step": float(batch["rewards"].float().mean()),
-        "rollout/logprob_mean": float((batch["logprobs"] * mask).sum() / denom),
-        "rollout/advantage_mean": float((batch["advantages"] * mask).sum() / denom),
+        "rollout/reward_per_step": float(batch.processed_rewards.float().mean()),
+        "rollout/logprob_mean": float((batch.logprobs * mask).sum() / denom),
+        "rollout/advantage_mean": float((batch.advantages * mask).sum() / denom),
         "rollout/valid_token_fraction": float(mask.mean()),
     }
-    if "values" in batch:
-        out["rollout/value_mean"] = float(batch["values"].float().mean())
-    if "returns" in batch:
-        out["rollout/return_target_mean"] = float(batch["returns"].float().mean())
-    if "values" in batch and "returns" in batch and "value_mask" in batch:
+    if batch.values is not None:
+        # over the T steps and the last value
+        out["rollout/value_mean"] = float(batch.values_with_bootstrap().float().mean())
+    if batch.returns is not None:
+        out["rollout/return_target_mean"] = float(batch.returns.float().mean())
+    if batch.values is not None and batch.returns is not None and batch.value_mask is not None:
         # The critic as it was when the batch was collected, on the whole batch: out of sample,
         # unlike the per-minibatch train/critic/explained_variance of the update it then trains on.
-        returns = batch["returns"].float()
-        out["rollout/explained_variance"] = explained_variance(batch["values"][: returns.shape[0]].float(), returns, batch["value_mask"])
+        out["rollout/explained_variance"] = explained_variance(batch.values.float(), batch.returns.float(), batch.value_mask)
     return out

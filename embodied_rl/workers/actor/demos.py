@@ -49,12 +49,12 @@ class DemoFeed:
         if (std := e.cfg.data.action_noise_std) > 0:
             # drawn for the whole global batch from the sampler's generator: every rank draws the
             # same noise and it resumes with the sampler's checkpointed state
-            noise = std * torch.randn(len(batch), self.samples.action_tokens.shape[1], generator=self.sampler.generator)
+            noise = std * torch.randn(len(batch), self.samples.action_width, generator=self.sampler.generator)
         micros = e.rank_micro_batches(torch.arange(len(batch)))
         sums: dict[str, torch.Tensor] = {}
         for i, pos in enumerate(micros):
-            inputs, tokens, mask = self.samples.select(batch[pos], None if noise is None else noise[pos])
-            out = e.policy.evaluate_actions(e.to_device(inputs), tokens.to(e.device), temperature=1.0, top_k=0,
+            inputs, record, mask = self.samples.select(batch[pos], None if noise is None else noise[pos])
+            out = e.policy.evaluate_actions(e.to_device(inputs), record.to(e.device), temperature=1.0, top_k=0,
                                             compute_values=False)
             loss, metrics = sft_loss(out["logprobs"].float(), mask.to(e.device))
             e.backward(coef * loss / len(micros), sync=i == len(micros) - 1)

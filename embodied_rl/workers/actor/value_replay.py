@@ -7,9 +7,13 @@ fits the critic to all of them after each step's updates.
 from __future__ import annotations
 
 from collections import deque
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from embodied_rl.workers.actor.batch import Samples
 
 KEYS = ("privileged", "returns", "value_mask")
 
@@ -21,9 +25,9 @@ class ValueReplay:
     def __init__(self, steps: int) -> None:
         self.batches: deque[dict[str, Tensor]] = deque(maxlen=steps + 1)
 
-    def add(self, flat: dict) -> None:
-        """Keep a flattened actor batch's critic inputs and targets."""
-        sample = {"privileged": flat["forward_inputs"]["privileged"], "returns": flat["returns"], "value_mask": flat["value_mask"]}
+    def add(self, flat: Samples) -> None:
+        """Keep the critic's inputs and targets of a step's samples."""
+        sample = {"privileged": flat.forward_inputs["privileged"], "returns": flat.returns, "value_mask": flat.value_mask}
         self.batches.append({k: v.detach().cpu() for k, v in sample.items()})
 
     def samples(self) -> dict[str, Tensor]:

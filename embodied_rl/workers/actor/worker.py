@@ -26,8 +26,9 @@ import torch
 
 from embodied_rl.algorithms import RunningRewardStats, compute_advantages
 from embodied_rl.models.base import BasePolicy
+from embodied_rl.rollout_batch import RolloutBatch
 from embodied_rl.timing import Timer
-from embodied_rl.workers.actor.batch import actor_batch, rollout_stats
+from embodied_rl.workers.actor.batch import rollout_stats
 from embodied_rl.workers.actor.engine import TrainEngine
 from embodied_rl.workers.actor.updates import UPDATES, Update
 
@@ -79,14 +80,15 @@ class ActorWorker:
         timer = Timer("advantages")
         with timer("advantages"):
             # Rollout epochs join along the env axis (whole GRPO groups stay together).
-            batch = concat_trajectories([concat_trajectories(ray.get(refs)) for refs in trajectories]).to_batch()
-            batch.update(compute_advantages(self.cfg.algorithm, batch, action_dim=self.cfg.actor.model.action_dim,
-                                            auto_reset=self.cfg.env.train.auto_reset, reward_stats=self.reward_stats))
+            batch = concat_trajectories([concat_trajectories(ray.get(refs)) for refs in trajectories]).batch
+            batch = compute_advantages(self.cfg.algorithm, batch, action_dim=self.cfg.actor.model.action_dim,
+                                       auto_reset=self.cfg.env.train.auto_reset, reward_stats=self.reward_stats)
         stats = rollout_stats(batch)
-        return {**stats, **self.train_step(actor_batch(batch)), **timer.metrics("time/")}
+        return {**stats, **self.train_step(batch), **timer.metrics("time/")}
 
-    def train_step(self, batch: dict) -> dict[str, float]:
-        """One step of the update on an actor batch (workers/actor/batch.py); metrics averaged over ranks."""
+    def train_step(self, batch: RolloutBatch) -> dict[str, float]:
+        """One step of the update on a rollout batch with its targets (compute_advantages); metrics
+        averaged over ranks."""
         return self._update().step(batch)
 
     def step(self) -> dict[str, float]:

@@ -166,7 +166,7 @@ class VLLMOpenVLAOFT:
                                                        logprob_top_k=logprob_top_k, window=cfg.action_bin_window,
                                                        generator=generator)
         normed = self.host.action_tokenizer.decode(tokens).view(tokens.shape[0], cfg.num_action_chunks, cfg.action_dim)
-        return PolicyOutput(actions=self.host.action_norm.unnormalize(normed), action_tokens=tokens,
+        return PolicyOutput(actions=self.host.action_norm.unnormalize(normed), action_record=tokens,
                             logprobs=logprobs, entropy=entropy,
                             values=values, forward_inputs={**inputs, **extra})
 

@@ -15,6 +15,7 @@ from embodied_rl.config.paradigms import PARADIGMS, RL, Paradigm
 from embodied_rl.registry import Registry
 
 if TYPE_CHECKING:
+    from embodied_rl.rollout_batch import RolloutBatch
     from embodied_rl.workers.actor.demos import DemoFeed
     from embodied_rl.workers.actor.engine import TrainEngine
 
@@ -40,9 +41,9 @@ class Update:
         self.demos = DemoFeed.load(self.engine, stats)
         return len(self.demos)
 
-    def step(self, batch: dict | None) -> dict[str, float]:
-        """One training step (rollout-based updates: on `batch`, the actor batch contract of
-        workers/actor/batch.py; others: None); metrics reduced over ranks."""
+    def step(self, batch: RolloutBatch | None) -> dict[str, float]:
+        """One training step (rollout-based updates: on `batch`, a rollout batch with its targets
+        set by compute_advantages; others: None); metrics reduced over ranks."""
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:

@@ -11,17 +11,13 @@ import torch
 from embodied_rl.algorithms import compute_actor_critic_loss
 from embodied_rl.algorithms.losses import fit_value_loss
 from embodied_rl.workers.actor import CRITIC_GROUP
-from embodied_rl.workers.actor.batch import (
-    check_batch_sizes,
-    flatten_batch,
-    num_samples,
-    select,
-)
+from embodied_rl.workers.actor.batch import Samples, check_batch_sizes, flatten_batch
 from embodied_rl.workers.actor.micro_metrics import combine, extreme
 from embodied_rl.workers.actor.updates import UPDATES, Update
 from embodied_rl.workers.actor.value_replay import ValueReplay
 
 if TYPE_CHECKING:
+    from embodied_rl.rollout_batch import RolloutBatch
     from embodied_rl.workers.actor.engine import TrainEngine
 
 
@@ -32,15 +28,15 @@ class ActorCriticUpdate(Update):
         replay = cfg.algorithm.critic_replay_steps
         self.value_replay = ValueReplay(replay) if replay else None
 
-    def step(self, batch: dict | None) -> dict[str, float]:
+    def step(self, batch: RolloutBatch | None) -> dict[str, float]:
         """`algorithm.update_epoch` passes over the batch, one optimizer step per global
         minibatch (plus the BC term on demos when they are loaded, after critic warm-up), then
         (with algorithm.critic_replay_steps) the critic's replay pass, then one LR-scheduler step."""
         e, algo, a = self.engine, self.cfg.algorithm, self.cfg.actor
         e.onload()
         flat = flatten_batch(batch, needs_critic=algo.uses_critic)
-        e.policy.observe_training_batch(flat["forward_inputs"])
-        total = num_samples(flat)
+        e.policy.observe_training_batch(flat.forward_inputs)
+        total = len(flat)
         check_batch_sizes(total, a.global_batch_size, a.micro_batch_size, e.world_size)
         # Metrics stay tensors on the device until the step ends: one host sync for all of them.
         sums: dict[str, torch.Tensor] = {}
@@ -56,7 +52,7 @@ class ActorCriticUpdate(Update):
                 for i, idx in enumerate(micro_indices):
                     # The BC term's micro-batches follow: then its last backward syncs instead.
                     sync = i == len(micro_indices) - 1 and not bc
-                    metrics = self._backward_micro(select(flat, idx), scale=1.0 / len(micro_indices), sync=sync)
+                    metrics = self._backward_micro(flat.select(idx), scale=1.0 / len(micro_indices), sync=sync)
                     for k, v in metrics.items():
                         sums[k] = combine(k, sums.get(k), v.double())
                     n_micro += 1
@@ -80,25 +76,25 @@ class ActorCriticUpdate(Update):
         out["train/critic/warmup"] = float(warmup)
         return out
 
-    def _backward_micro(self, mb: dict, scale: float, sync: bool) -> dict[str, torch.Tensor]:
+    def _backward_micro(self, mb: Samples, scale: float, sync: bool) -> dict[str, torch.Tensor]:
         e, algo = self.engine, self.cfg.algorithm
-        mb = e.to_device(mb)
+        mb = mb.map(e.to_device)
         sp = algo.sampling_params
         critic = algo.uses_critic
-        out = e.policy.evaluate_actions(mb["forward_inputs"], mb["action_tokens"], temperature=sp.temperature_train,
+        out = e.policy.evaluate_actions(mb.forward_inputs, mb.action_record, temperature=sp.temperature_train,
                                         top_k=sp.logprob_top_k, compute_values=critic)
         loss, metrics = compute_actor_critic_loss(
             algo,
-            logprobs=out["logprobs"].float(), old_logprobs=mb["logprobs"], advantages=mb["advantages"],
-            loss_mask=mb["loss_mask"], entropy=_float(out.get("entropy")),
+            logprobs=out["logprobs"].float(), old_logprobs=mb.logprobs, advantages=mb.advantages,
+            loss_mask=mb.loss_mask, entropy=_float(out.get("entropy")),
             values=_float(out.get("values")) if critic else None,
-            old_values=mb.get("values"), returns=mb.get("returns"), value_mask=mb.get("value_mask"),
-            ref_logprobs=mb.get("ref_logprobs"), action_dim=self.cfg.actor.model.action_dim,
+            old_values=mb.values, returns=mb.returns, value_mask=mb.value_mask,
+            ref_logprobs=mb.ref_logprobs, action_dim=self.cfg.actor.model.action_dim,
         )
         e.backward(loss * scale, sync)
         return metrics
 
-    def _replay_values(self, flat: dict) -> dict[str, float]:
+    def _replay_values(self, flat: Samples) -> dict[str, float]:
         """One value-only pass over the critic's samples of this step and the kept earlier ones,
         in global minibatches of the step's size (the same plan on every rank)."""
         e, algo = self.engine, self.cfg.algorithm

@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from embodied_rl.config.paradigms import SFT
 from embodied_rl.workers.actor import CRITIC_GROUP
 from embodied_rl.workers.actor.updates import UPDATES, Update
+
+if TYPE_CHECKING:
+    from embodied_rl.rollout_batch import RolloutBatch
 
 
 @UPDATES.register("sft")  # its traits, config.paradigms.SFT, are registered there
@@ -14,7 +18,7 @@ class SFTUpdate(Update):
     adopts_demo_statistics = True
     done_note = "SFT done; start RL from it with `embodied-rl export {checkpoint} DIR` and actor.model.model_path=DIR"
 
-    def step(self, batch: dict | None = None) -> dict[str, float]:
+    def step(self, batch: RolloutBatch | None = None) -> dict[str, float]:
         """One optimizer step on `actor.global_batch_size` demo samples (this rank: its slice),
         then one LR-scheduler step."""
         if self.demos is None:
