@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import torch
 
+from embodied_rl.rollout_batch import RolloutBatch
 from embodied_rl.workers.actor import fsdp
 from embodied_rl.workers.actor.worker import ActorWorker
 from tests.actor_fixtures import actor_config, make_rollout_batch, make_tiny_model
 
 
-def _two_steps(cfg, batch: dict, offload: bool) -> tuple[list[dict], torch.Tensor, list[bool]]:
+def _two_steps(cfg, batch: RolloutBatch, offload: bool) -> tuple[list[dict], torch.Tensor, list[bool]]:
     worker = ActorWorker(cfg, 0, 1)
     flags = []
     try:
