@@ -150,6 +150,8 @@ def test_crash_mid_save_leaves_previous_checkpoint(tmp_path):
     second = _save(tmp_path, 2)
     assert second.name == "global_step_00000002" and not list(root.glob(".tmp-*"))
     assert (root / "latest").read_text().strip() == "global_step_00000002"
+    # the pointer file itself, as a shell completes it (export, eval's runner.ckpt_path)
+    assert resolve_resume_dir(str(root / "latest"), "elsewhere") == second
 
 
 def test_resume_dir_errors_are_one_line(tmp_path):

@@ -131,7 +131,8 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 
 
 def resolve_resume_dir(resume_dir: str, run_dir: str | Path, *, key: str = "runner.resume_dir") -> Path:
-    """`runner.resume_dir` -> a complete checkpoint directory; 'latest' = newest in run_dir.
+    """`runner.resume_dir` -> a complete checkpoint directory; 'latest' = newest in run_dir, as
+    is a run's checkpoints/latest pointer file.
 
     key: how errors name the value (the config key or CLI argument it came from)."""
     if resume_dir == "latest":
@@ -140,6 +141,8 @@ def resolve_resume_dir(resume_dir: str, run_dir: str | Path, *, key: str = "runn
             raise CheckpointError(f"{key}=latest: no complete checkpoint under {Path(run_dir) / CKPT_DIR}; train first or pass a checkpoint directory")
         return found
     path = Path(resume_dir)
+    if path.name == LATEST and path.is_file() and path.parent.name == CKPT_DIR:  # the run's pointer file
+        path = latest_checkpoint(path.parent.parent) or path
     if (path / CKPT_DIR).is_dir() and not (path / META).is_file():  # a run directory was given
         found = latest_checkpoint(path)
         if found is not None:
