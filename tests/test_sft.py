@@ -67,7 +67,7 @@ def test_action_noise_re_bins_the_expert_actions_around_their_own_bins() -> None
     tok = ActionTokenizer(base_vocab_size=1000)
     actions = torch.tensor([[-0.5, 0.0, 0.25, 1.0]] * 2000, dtype=torch.float64)
     samples = SFTSamples({"x": torch.zeros(2000, 1)}, tok.encode(actions), torch.ones(2000, 4, dtype=torch.bool),
-                         actions=actions, tokenize=tok.encode)
+                         actions=actions, record=tok.encode)
     index = torch.arange(2000)
     _, exact, _ = samples.select(index)
     assert torch.equal(exact, tok.encode(actions))

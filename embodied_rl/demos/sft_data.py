@@ -58,14 +58,14 @@ class SFTSamples:
     """N samples on the actor: policy inputs (dict of [N, ...] tensors), the policy's action
     record of each expert action [N, ...] (PolicyOutput.action_record: what evaluate_actions
     scores) and the loss mask bool [N, L] over its L log-prob entries (False past an episode's end).
-    With `actions` (the normalised expert actions, float [N, C*A]) and `tokenize` (the policy's
+    With `actions` (the normalised expert actions, float [N, C*A]) and `record` (the policy's
     record of them), `select` can record noisy copies of the actions."""
 
     inputs: dict[str, Tensor]
     action_record: Tensor
     loss_mask: Tensor
     actions: Tensor | None = None
-    tokenize: Callable[[Tensor], Tensor] | None = None
+    record: Callable[[Tensor], Tensor] | None = None
 
     def __len__(self) -> int:
         return int(self.action_record.shape[0])
@@ -84,23 +84,22 @@ class SFTSamples:
         inputs = {k: v[index] for k, v in self.inputs.items()}
         if noise is None:
             return inputs, self.action_record[index], self.loss_mask[index]
-        if self.actions is None or self.tokenize is None:
+        if self.actions is None or self.record is None:
             raise ValueError("these SFT samples keep no actions to add noise to (build them with build_samples)")
         noisy = (self.actions[index] + noise.to(self.actions.dtype)).clamp(-1.0, 1.0)
-        return inputs, self.tokenize(noisy), self.loss_mask[index]
+        return inputs, self.record(noisy), self.loss_mask[index]
 
 
 def build_samples(policy, demos: DemoChunks) -> SFTSamples:
-    """Tokenise every demo sample with `policy` (its statistics must be the SFT ones)."""
+    """Every demo sample as `policy` records its own actions (its statistics must be the SFT ones)."""
     n = len(demos)
     obs = EnvObservation(main_images=demos.main_images, states=demos.states,
                          task_descriptions=[demos.instruction] * n, wrist_images=demos.wrist_images)
     inputs = policy.prepare_inputs(obs)
-    actions = policy.action_norm.normalize(torch.as_tensor(demos.actions)).reshape(n, -1)
+    actions = policy.normalize_actions(torch.as_tensor(demos.actions))
     a = demos.actions.shape[-1]
     mask = torch.as_tensor(demos.action_mask).repeat_interleave(a, dim=1)
-    tokenize = policy.action_tokenizer.encode
-    return SFTSamples(inputs, tokenize(actions), mask, actions=actions, tokenize=tokenize)
+    return SFTSamples(inputs, policy.record_actions(actions), mask, actions=actions, record=policy.record_actions)
 
 
 class EpochSampler:

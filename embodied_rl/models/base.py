@@ -120,6 +120,16 @@ class BasePolicy(nn.Module):
         from now on, in predictions, training targets and saved checkpoints."""
         raise NotImplementedError(f"{type(self).__name__} has no dataset statistics to replace")
 
+    def normalize_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """Env-space action chunks float [N, C, A] -> the policy's normalised actions float
+        [N, C*A] in [-1, 1], with the statistics it acts with (demos become training targets)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot learn from demonstrations")
+
+    def record_actions(self, normalized: torch.Tensor) -> torch.Tensor:
+        """Normalised actions float [N, C*A] -> the action record [N, ...] that evaluate_actions
+        scores, as if the policy had sampled them."""
+        raise NotImplementedError(f"{type(self).__name__} cannot learn from demonstrations")
+
     def observe_training_batch(self, forward_inputs: dict[str, torch.Tensor]) -> None:
         """See the inputs [N, ...] of a whole training batch before the update trains on it
         (e.g. to update running input statistics); the same batch on every actor rank."""

@@ -88,7 +88,7 @@ class EmbodiedRunner(Evaluations):
         write_environment(self.run_dir, self.groups.env.simulator_facts().wait())
         self.groups.record_placement(self.run_dir)
         if cfg.data.train_data_paths and not cfg.runner.only_eval:  # SFT, or RL's BC term (demos/checks.py)
-            adopt = self.update.adopts_demo_statistics  # SFT's; RL's BC term bins with the policy's own
+            adopt = self.update.adopts_demo_statistics  # SFT's; RL's BC term keeps the policy's own
             if adopt:
                 from embodied_rl.demos.sft_data import sft_statistics
 

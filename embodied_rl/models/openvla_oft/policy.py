@@ -99,6 +99,13 @@ class OpenVLAOFTPolicy(OFTCheckpointIO, BasePolicy):
             raise ValueError(f"set_dataset_statistics: expected one entry, got {sorted(stats)}")
         self._use_statistics(stats, None)
 
+    def normalize_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        return self.action_norm.normalize(torch.as_tensor(actions)).reshape(actions.shape[0], -1)
+
+    def record_actions(self, normalized: torch.Tensor) -> torch.Tensor:
+        """int64 [N, C*A]: each normalised value's relative bin (the column of the action logits)."""
+        return self.action_tokenizer.encode(normalized)
+
     # ----------------------------------------------------------------- inputs
     def prepare_inputs(self, obs: EnvObservation) -> dict[str, torch.Tensor]:
         n_img = self.model_cfg.num_images_in_input

@@ -26,9 +26,9 @@ class DemoFeed:
 
     @classmethod
     def load(cls, engine: TrainEngine, stats: dict | None = None) -> DemoFeed:
-        """The demos of data.train_data_paths, tokenised by the engine's policy. `stats`: the
+        """The demos of data.train_data_paths, recorded by the engine's policy. `stats`: the
         statistics the policy adopts first (SFT's); None keeps the policy's own, so the expert's
-        actions are binned as the policy being fine-tuned bins its own."""
+        actions are normalised and recorded as the policy being fine-tuned records its own."""
         from embodied_rl.demos.sft_data import build_samples, load_sft_demos
 
         engine.require_setup()
