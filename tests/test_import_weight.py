@@ -28,7 +28,11 @@ def test_env_worker_imports_no_torch() -> None:
 
 
 def test_validating_a_config_against_an_existing_checkpoint_imports_no_transformers() -> None:
-    """The create_preset rule compares the checkpoint at model_path with the preset's shape."""
+    """The create_preset rule compares the checkpoint at model_path with the preset's shape.
+    The first validation with this code fills the per-user fact cache (fact_cache.py: activation
+    counts build the model, so that one imports transformers); every later one reads it. The
+    test runs the validation twice so that it does not depend on an earlier test's cache."""
     code = ("from embodied_rl.configure import load_config\n"
             f"load_config('maniskill_ppo_tiny', ['actor.model.model_path={SFT}', 'actor.model.create_preset.image_size=64'])")
+    _heavy_modules_after(code)
     assert "transformers" not in _heavy_modules_after(code)
