@@ -30,8 +30,9 @@ def spread(logits: torch.Tensor, greedy: torch.Tensor, top_k: int, temperature: 
 
 
 def main() -> None:
+    from greedy_states import greedy_chunks  # beside this script
+
     from embodied_rl.configure import load_config
-    from embodied_rl.envs import make_env
     from embodied_rl.models.registry import build_policy
     from embodied_rl.process_env import configure_process_env
 
@@ -47,29 +48,16 @@ def main() -> None:
     configure_process_env()
     cfg = load_config(args.config, args.overrides)
     policy = build_policy(cfg.actor.model, device="cpu", warn_untrained_value_head=False).eval()
-    env_cfg = cfg.env.train
-    env = make_env(env_cfg, args.envs, seed_offset=7)
-    chunks = -(-env_cfg.max_episode_steps // cfg.actor.model.num_action_chunks)
     settings = [(int(p[0]), float(p[1]), int(p[2]) if len(p) > 2 else 0) for p in (s.split(":") for s in args.settings)]
     gen = torch.Generator().manual_seed(0)
     dists: dict[tuple[int, float, int], list[torch.Tensor]] = {s: [] for s in settings}
     far: dict[tuple[int, float, int], list[torch.Tensor]] = {s: [] for s in settings}
-    try:
-        for _ in range(-(-args.episodes // args.envs)):
-            obs = env.reset()
-            for _ in range(chunks):
-                inputs = policy.prepare_inputs(obs)
-                with torch.no_grad():
-                    logits, _ = policy._logits_and_values(inputs, False)
-                greedy = logits.argmax(-1)
-                for s in settings:
-                    d, f = spread(logits.float(), greedy, *s, args.draws, gen)
-                    dists[s].append(d)
-                    far[s].append(f)
-                out = policy.predict(inputs, do_sample=False, compute_values=False)
-                obs = env.chunk_step(out.actions.float().numpy()).obs
-    finally:
-        env.close()
+    for _, logits in greedy_chunks(policy, cfg.env.train, cfg.actor.model.num_action_chunks, args.episodes, args.envs):
+        greedy = logits.argmax(-1)
+        for s in settings:
+            d, f = spread(logits, greedy, *s, args.draws, gen)
+            dists[s].append(d)
+            far[s].append(f)
     print(f"{args.config}: {args.episodes} greedy episodes, {args.draws} draws per token; distance from the greedy bin")
     dim = cfg.actor.model.action_dim
     print("top_k  temp  window  mean bins  p90  p99  max   P(>1 bin)  P(>3 bins)  mass beyond 3 bins   P(>3 bins) per action dimension")

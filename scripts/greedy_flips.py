@@ -27,8 +27,9 @@ def _dims(x: torch.Tensor, dim: int, keep: torch.Tensor | None = None) -> str:
 
 
 def main() -> None:
+    from greedy_states import greedy_chunks  # beside this script
+
     from embodied_rl.configure import load_config
-    from embodied_rl.envs import make_env
     from embodied_rl.models.registry import build_policy
     from embodied_rl.process_env import configure_process_env
 
@@ -45,28 +46,17 @@ def main() -> None:
     if args.b:
         model_b = dataclasses.replace(cfg.actor.model, model_path=args.b)
         policies.append(build_policy(model_b, device="cpu", warn_untrained_value_head=False).eval())
-    env_cfg = cfg.env.train
-    env = make_env(env_cfg, args.envs, seed_offset=7)
-    chunks = -(-env_cfg.max_episode_steps // cfg.actor.model.num_action_chunks)
     top_a, b_of_a, flips, moved = [], [], [], []
-    try:
-        for _ in range(-(-args.episodes // args.envs)):
-            obs = env.reset()
-            for _ in range(chunks):
-                inputs = policies[0].prepare_inputs(obs)
-                with torch.no_grad():
-                    logits = [p._logits_and_values(p.prepare_inputs(obs), False)[0].float() for p in policies]
-                greedy_a = logits[0].argmax(-1)
-                top_a.append(torch.softmax(logits[0], -1).amax(-1).flatten())
-                if len(logits) > 1:
-                    greedy_b = logits[1].argmax(-1)
-                    b_of_a.append(torch.softmax(logits[1], -1).gather(-1, greedy_a.unsqueeze(-1)).flatten())
-                    flips.append((greedy_a != greedy_b).flatten())
-                    moved.append((greedy_a - greedy_b).abs().flatten())
-                out = policies[0].predict(inputs, do_sample=False, compute_values=False)
-                obs = env.chunk_step(out.actions.float().numpy()).obs
-    finally:
-        env.close()
+    for obs, logits_a in greedy_chunks(policies[0], cfg.env.train, cfg.actor.model.num_action_chunks, args.episodes, args.envs):
+        greedy_a = logits_a.argmax(-1)
+        top_a.append(torch.softmax(logits_a, -1).amax(-1).flatten())
+        if len(policies) > 1:
+            with torch.no_grad():
+                logits_b = policies[1]._logits_and_values(policies[1].prepare_inputs(obs), False)[0].float()
+            greedy_b = logits_b.argmax(-1)
+            b_of_a.append(torch.softmax(logits_b, -1).gather(-1, greedy_a.unsqueeze(-1)).flatten())
+            flips.append((greedy_a != greedy_b).flatten())
+            moved.append((greedy_a - greedy_b).abs().flatten())
     dim = cfg.actor.model.action_dim
     top = torch.cat(top_a)
     print(f"{args.config}: {args.episodes} greedy episodes of A, {top.numel()} tokens; columns are action dimensions")
