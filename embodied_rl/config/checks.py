@@ -213,7 +213,7 @@ def _accelerator(cfg: RootConfig, plan: RunPlan) -> None:
             raise ConfigError(f"{key}=true needs GPUs (there are none: {where}; weights already live in host memory); set it false")
     if cfg.actor.model.attn_implementation == "flash_attention_2":
         raise ConfigError(f"actor.model.attn_implementation=flash_attention_2 needs CUDA GPUs ({where}); use sdpa")
-    for mode in used_modes(cfg):
+    for path, env in (task for mode in used_modes(cfg) for task in getattr(cfg.env, mode).task_configs(f"env.{mode}")):
         for key in ("sim_backend", "render_backend"):
-            if getattr(cfg.env, mode).init_params.get(key) == "gpu":
-                raise ConfigError(f"env.{mode}.init_params.{key}=gpu needs CUDA GPUs ({where}); use cpu")
+            if env.init_params.get(key) == "gpu":
+                raise ConfigError(f"{path}.init_params.{key}=gpu needs CUDA GPUs ({where}); use cpu")

@@ -20,6 +20,7 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from embodied_rl.config.mixtures import env_config_reader, explicit_section_keys, resolve_section
 from embodied_rl.config.overrides import apply_override, parse_override
 from embodied_rl.config.plan import plan_run
 from embodied_rl.config.rules import RuleSet, run_checks, run_plan_checks
@@ -227,6 +228,9 @@ def compose(name_or_path: str, overrides: Sequence[str] = ()) -> dict[str, Any]:
         if ov.key in ("env.train", "env.eval") and isinstance(ov.value, str):
             continue
         apply_override(tree, ov)
+    reader = env_config_reader(find_env_config, read_env_config, dirs)
+    for section in ENV_SECTIONS:
+        resolve_section(tree, section, explicit_section_keys(raw, parsed, section), section in picks, reader, deep_merge)
     return tree
 
 

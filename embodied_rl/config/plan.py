@@ -52,8 +52,10 @@ class RunPlan:
 
 
 def chunk_steps_per_epoch(cfg: RootConfig, mode: str) -> int:
-    """Chunk steps of one rollout epoch: one full episode horizon (ceil(max_episode_steps / C))."""
-    return math.ceil(getattr(cfg.env, mode).max_episode_steps / cfg.actor.model.num_action_chunks)
+    """Chunk steps of one rollout epoch: one full episode horizon (ceil(max_episode_steps / C)), the
+    longest task's in a mixture."""
+    steps = max(env.max_episode_steps for _, env in getattr(cfg.env, mode).task_configs(f"env.{mode}"))
+    return math.ceil(steps / cfg.actor.model.num_action_chunks)
 
 
 def rollout_batch_size(cfg: RootConfig) -> int:
@@ -132,6 +134,8 @@ def plan_run(cfg: RootConfig, resources: Resources) -> RunPlan:
         env_cfg = getattr(cfg.env, mode)
         if env_cfg.total_num_envs is None:
             env_cfg.total_num_envs = plan.env_workers * cfg.rollout.pipeline_stage_num * env_cfg.groups_per_stage * env_cfg.group_size
+        for task in env_cfg.tasks:  # a mixture's tasks carry the section's sizes (config/mixtures.py)
+            task.total_num_envs = env_cfg.total_num_envs
     a = cfg.actor
     if a.global_batch_size is None and rolls_out(cfg) and cfg.env.train.total_num_envs > 0:
         a.global_batch_size = max(1, rollout_batch_size(cfg) // cfg.algorithm.n_minibatches)

@@ -9,6 +9,7 @@ from embodied_rl.config.plan import used_modes
 from embodied_rl.config.rules import RuleSet
 from embodied_rl.config.typecheck import build
 from embodied_rl.envs.backend import get_simulator
+from embodied_rl.envs.mixture_checks import check_mixture, check_mixture_split
 from embodied_rl.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -23,16 +24,15 @@ def _init_params(cfg: RootConfig) -> None:
     """Each env section's init_params against its simulator's `params_cls`, normalised to a
     full dict of that dataclass (defaults filled in) for the rules and workers after this one."""
     for section in ("train", "eval"):
-        env_cfg = getattr(cfg.env, section)
-        path = f"env.{section}"
-        try:
-            backend = get_simulator(env_cfg.env_type)
-        except KeyError as err:
-            raise ConfigError(f"{path}.env_type: {err.args[0]} (is its simulator package installed?)") from err
-        params_cls = getattr(backend, "params_cls", None)
-        if params_cls is None or not dataclasses.is_dataclass(params_cls):
-            raise TypeError(f"simulator backend {backend.__name__} must define params_cls as a dataclass")
-        env_cfg.init_params = dataclasses.asdict(build(params_cls, env_cfg.init_params, f"{path}.init_params"))
+        for path, env_cfg in getattr(cfg.env, section).task_configs(f"env.{section}"):
+            try:
+                backend = get_simulator(env_cfg.env_type)
+            except KeyError as err:
+                raise ConfigError(f"{path}.env_type: {err.args[0]} (is its simulator package installed?)") from err
+            params_cls = getattr(backend, "params_cls", None)
+            if params_cls is None or not dataclasses.is_dataclass(params_cls):
+                raise TypeError(f"simulator backend {backend.__name__} must define params_cls as a dataclass")
+            env_cfg.init_params = dataclasses.asdict(build(params_cls, env_cfg.init_params, f"{path}.init_params"))
 
 
 @RULES.config_check
@@ -40,9 +40,10 @@ def _simulator_names(cfg: RootConfig) -> None:
     """Task ids, robots, controllers and cameras against the simulator's registries, so a typo
     fails here instead of in every env worker after Ray started; sections a run uses only."""
     for mode in used_modes(cfg):
-        env, key = getattr(cfg.env, mode), f"env.{mode}.init_params"
-        backend = get_simulator(env.env_type)
-        backend.check_names(build(backend.params_cls, dict(env.init_params), key), key)
+        for path, env in getattr(cfg.env, mode).task_configs(f"env.{mode}"):
+            key = f"{path}.init_params"
+            backend = get_simulator(env.env_type)
+            backend.check_names(build(backend.params_cls, dict(env.init_params), key), key)
 
 
 @RULES.config_check
@@ -62,17 +63,17 @@ def _privileged_state(cfg: RootConfig) -> None:
         raise ConfigError(f"algorithm.critic_replay_steps={cfg.algorithm.critic_replay_steps} replays the privileged critic's inputs; "
                           "set actor.model.value_input=privileged_state or critic_replay_steps=0")
     for mode in used_modes(cfg):
-        env = getattr(cfg.env, mode)
-        has = bool(env.init_params.get("privileged_state", False))
-        if mode == "train" and wants and not has:
-            if "privileged_state" not in env.init_params:
-                raise ConfigError(f"actor.model.value_input=privileged_state: env.train (env_type {env.env_type}) has no privileged state; "
-                                  "use actor.model.value_input=hidden")
-            raise ConfigError("actor.model.value_input=privileged_state reads the simulator's privileged state: "
-                              "set env.train.init_params.privileged_state=true")
-        if has and (mode == "eval" or not wants):
-            raise ConfigError(f"env.{mode}.init_params.privileged_state=true but nothing reads it (only a training critic with "
-                              "actor.model.value_input=privileged_state does); remove it")
+        for key, env in getattr(cfg.env, mode).task_configs(f"env.{mode}"):
+            has = bool(env.init_params.get("privileged_state", False))
+            if mode == "train" and wants and not has:
+                if "privileged_state" not in env.init_params:
+                    raise ConfigError(f"actor.model.value_input=privileged_state: {key} (env_type {env.env_type}) has no privileged state; "
+                                      "use actor.model.value_input=hidden")
+                raise ConfigError("actor.model.value_input=privileged_state reads the simulator's privileged state: "
+                                  f"set {key}.init_params.privileged_state=true")
+            if has and (mode == "eval" or not wants):
+                raise ConfigError(f"{key}.init_params.privileged_state=true but nothing reads it (only a training critic with "
+                                  "actor.model.value_input=privileged_state does); remove it")
 
 
 @RULES.config_check
@@ -85,7 +86,13 @@ def _env_episodes(cfg: RootConfig) -> None:
         env, key = getattr(cfg.env, mode), f"env.{mode}"
         if env.total_num_envs is not None and env.total_num_envs < 1:
             raise ConfigError(f"{key}.total_num_envs: must be >= 1, or null to derive it from the machine, got {env.total_num_envs}")
-        ChunkedVectorEnv.validate(env, None, key)
+        for task_key, task in env.task_configs(key):
+            ChunkedVectorEnv.validate(task, None, task_key)
+            try:
+                ActionAdapter(task.action_adapter, cfg.actor.model.action_dim)
+            except ConfigError as err:
+                raise ConfigError(str(err).replace("env.action_adapter", f"{task_key}.action_adapter", 1)) from None
+        check_mixture(env, key)
         if env.video_cfg.fps < 1:
             raise ConfigError(f"{key}.video_cfg.fps: must be >= 1, got {env.video_cfg.fps}")
         sub = env.subproc
@@ -94,10 +101,6 @@ def _env_episodes(cfg: RootConfig) -> None:
                 raise ConfigError(f"{key}.subproc.{name}: must be > 0 seconds, got {getattr(sub, name)}")
         if sub.max_restarts < 0:
             raise ConfigError(f"{key}.subproc.max_restarts: must be >= 0, got {sub.max_restarts}")
-        try:
-            ActionAdapter(env.action_adapter, cfg.actor.model.action_dim)
-        except ConfigError as err:
-            raise ConfigError(str(err).replace("env.action_adapter", f"{key}.action_adapter", 1)) from None
 
 @RULES.config_check
 def _held_out_eval(cfg: RootConfig) -> None:
@@ -122,3 +125,4 @@ def _env_split(cfg: RootConfig, plan: RunPlan) -> None:
         env = getattr(cfg.env, mode)
         per_stage = envs_per_worker(env.total_num_envs, plan.env_workers, cfg.rollout.pipeline_stage_num, mode)
         ChunkedVectorEnv.validate(env, per_stage, f"env.{mode}")
+        check_mixture_split(env, f"env.{mode}")

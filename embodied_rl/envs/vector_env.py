@@ -48,7 +48,7 @@ class ChunkedVectorEnv:
     """N sub-envs of one backend stepped in action chunks [N, C, A] (policy action space)."""
 
     def __init__(self, backend: SimulatorBackend, cfg: EnvConfig, *, reset_id_space: Sequence[int],
-                 seed_offset: int = 0, recorder=None) -> None:
+                 seed_offset: int = 0, recorder=None, groups: np.ndarray | None = None) -> None:
         n = backend.num_envs
         self.validate(cfg, n)
         if len(reset_id_space) == 0:
@@ -59,7 +59,12 @@ class ChunkedVectorEnv:
         self.seed_offset = seed_offset
         self.adapter = ActionAdapter(cfg.action_adapter, backend.action_dim)
         self.recorder = recorder
-        self._group = np.arange(n) // cfg.group_size
+        # run-wide group of each sub-env: by default this stage's place in the run (seed_offset);
+        # a mixture passes each task's own numbering (envs/mixture.py)
+        self._group = (np.arange(n) // cfg.group_size + (seed_offset * n) // cfg.group_size if groups is None
+                       else np.asarray(groups, np.int64))
+        if self._group.shape != (n,):
+            raise ValueError(f"groups: expected one run-wide group per sub-env ({n}), got shape {self._group.shape}")
         self._epoch = -1
         self._fixed_epoch = FIXED_EPOCH
         self._explicit_ids: np.ndarray | None = None
@@ -96,8 +101,7 @@ class ChunkedVectorEnv:
     def draw_reset_id(self, env_index: int, episode_k: int) -> int:
         """Reset id of episode `episode_k` of this sub-env's group in the current epoch."""
         epoch = self._fixed_epoch if self.cfg.use_fixed_reset_state_ids else self._epoch
-        group = (self.seed_offset * self.num_envs) // self.cfg.group_size + int(self._group[env_index])
-        rng = np.random.default_rng([self.cfg.seed, epoch, group, episode_k])
+        rng = np.random.default_rng([self.cfg.seed, epoch, int(self._group[env_index]), episode_k])
         return int(self.reset_id_space[int(rng.integers(0, len(self.reset_id_space)))])
 
     def set_reset_ids(self, ids: Sequence[int] | None) -> None:
@@ -124,6 +128,11 @@ class ChunkedVectorEnv:
     @epoch.setter
     def epoch(self, value: int) -> None:  # resume: continue the reset-id stream where it stopped
         self._epoch = int(value)
+
+    def finite_reset_id_space(self) -> list[int] | None:
+        """The reset ids drawn from where the initial states are a finite set (LIBERO); None
+        where they are seeds (ManiSkill)."""
+        return None if self.backend.num_reset_ids() is None else list(self.reset_id_space)
 
     # ------------------------------------------------------------------ episodes
     def reset(self, fixed_epoch: int = FIXED_EPOCH, *, repeat: bool = False) -> EnvObservation:

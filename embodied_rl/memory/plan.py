@@ -178,7 +178,7 @@ def memory_plan(cfg: RootConfig, plan: RunPlan) -> MemoryPlan:
         slots = plan.placement["actor"].process_slots
         terms = actor_terms(counts, world=len(slots), strategy=fsdp.sharding_strategy, param_dtype=fsdp.mixed_precision.param_dtype)
         mb = cfg.actor.micro_batch_size
-        found = (cfg.actor.model.activation_bytes(cfg.env.train if rolls_out(cfg) else cfg.env.eval, mb, fsdp.mixed_precision.param_dtype)
+        found = (cfg.actor.model.activation_bytes((cfg.env.train if rolls_out(cfg) else cfg.env.eval).task_configs("env")[0][1], mb, fsdp.mixed_precision.param_dtype)
                  if mb else "actor.micro_batch_size is derived at start")
         if isinstance(found, int):
             terms["activations"] = found

@@ -124,8 +124,7 @@ def _policy_fits_env(cfg: RootConfig) -> None:
         ):
             if want is not None and have is not None and want != have:
                 raise ConfigError(f"actor.model.{name}={want} but {where} takes {have} {what}; set actor.model.{name}={have}")
-    for mode in used_modes(cfg):
-        env, key = getattr(cfg.env, mode), f"env.{mode}"
+    for key, env in (task for mode in used_modes(cfg) for task in getattr(cfg.env, mode).task_configs(f"env.{mode}")):
         backend = get_simulator(env.env_type)
         spec = backend.env_spec(build(backend.params_cls, dict(env.init_params), f"{key}.init_params"))
         if spec.cameras is not None and m.num_images_in_input > spec.cameras:

@@ -91,8 +91,7 @@ class EnvWorker:
     def reset_id_space(self, mode: str = "eval") -> list[int] | None:
         """The reset ids the `mode` envs draw from (their reset_id_split), where the initial
         states are a finite set (LIBERO); None where they are seeds (ManiSkill)."""
-        env = self._stage_envs(mode)[0]
-        return None if env.backend.num_reset_ids() is None else list(env.reset_id_space)
+        return self._stage_envs(mode)[0].finite_reset_id_space()
 
     def used_reset_ids(self) -> dict[str, list[int]]:
         """Per mode, every reset id an episode of this worker started from."""

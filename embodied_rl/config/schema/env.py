@@ -1,4 +1,5 @@
-"""Schema of `env.train` / `env.eval` (one env config from env_configs/, plus overrides).
+"""Schema of `env.train` / `env.eval`: one env config from env_configs/ plus overrides, or a
+mixture of several (`tasks`), each with its share of the sub-envs.
 
 Key names follow RLinf's embodied layout. Simulator-specific `init_params` are validated
 against the backend's own dataclass (`SimulatorBackend.params_cls`).
@@ -62,3 +63,32 @@ class EnvConfig:
     subproc: SubprocConfig = field(default_factory=SubprocConfig)
     action_adapter: ActionAdapterConfig = field(default_factory=ActionAdapterConfig)
     init_params: dict[str, Any] = field(default_factory=dict, metadata={"help": "Simulator-specific parameters, validated against the backend's schema (see docs/CONFIG.md)."})
+    tasks: list[MixtureTask] = field(default_factory=list, metadata={"help": "A mixture: several tasks (each an env config with its share of the sub-envs) stepped side by side in one rollout, one policy acting in all; empty = the single env config of this section. The section's other keys apply to every task (keys each task may set for itself: TASK_KEYS); metrics, evaluation intervals and videos are broken down per task (docs/ENVIRONMENTS.md)."})
+
+    def task_configs(self, key: str) -> list[tuple[str, EnvConfig]]:
+        """(config path, env config) of every task this section runs: itself, or its mixture's tasks."""
+        if not self.tasks:
+            return [(key, self)]
+        return [(f"{key}.tasks[{i}]", t) for i, t in enumerate(self.tasks)]
+
+
+#: Keys that one section sets for all its tasks: they shape the rollout (sub-env counts, groups,
+#: episode starts and ends, videos, reset-id streams), which every task of a stage shares.
+SECTION_KEYS = ("total_num_envs", "groups_per_stage", "auto_reset", "ignore_terminations", "use_fixed_reset_state_ids",
+                "reset_id_split", "group_size", "seed", "video_cfg", "subproc")
+#: Keys a mixture task may set for itself (in its env config or inline).
+TASK_KEYS = ("env_type", "max_episode_steps", "use_rel_reward", "reward_coef", "task_description", "action_adapter", "init_params")
+
+
+@dataclass
+class MixtureTask(EnvConfig):
+    """One task of a mixture: an env config (by name or path, plus inline keys) and its share."""
+
+    config: str | None = field(default=None, metadata={"help": "Env config this task starts from: a name in env_configs/ or a path to a YAML file; its keys come first, then the section's, then this entry's own. null = the entry's inline keys alone (env_type and init_params at least)."})
+    share: float = field(default=1.0, metadata={"help": "Weight of this task: its sub-env groups are share / sum of shares of the section's groups (largest-remainder rounding, within one group at any machine size; at least one group each)."})
+    train_size: int | None = field(default=None, metadata={"help": "Distinct initial states this task draws from in the train split (its first train_size reset ids, as VAGEN's train_size); null = all. Only in a section that draws from the train split."})
+    test_size: int | None = field(default=None, metadata={"help": "Distinct initial states this task draws from in the eval split (its first test_size reset ids, as VAGEN's test_size); null = all. Only in a section that draws from the eval split."})
+
+    def size(self) -> int | None:
+        """How many of its split's initial states this task draws from (None = all)."""
+        return self.train_size if self.reset_id_split == "train" else self.test_size
