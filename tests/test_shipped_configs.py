@@ -76,8 +76,22 @@ def _two_libero_tasks(run: Path) -> None:
     assert json.loads(videos[0].with_suffix(".json").read_text())["mode"] == "eval"
 
 
+def _three_maniskill_tasks(run: Path) -> None:
+    """maniskill_ppo_multitask_tiny: per-task success with intervals, the tasks' mean, and a video
+    per task and stage whose episodes are that task's."""
+    row = read_metrics(run)[0]
+    tasks = ("PushCube-v1", "PickCube-v1", "StackCube-v1")
+    assert sum(row[f"eval/num_trajectories/{t}"] for t in tasks) == row["eval/num_trajectories"]
+    for task in tasks:
+        assert row[f"eval/success_once_ci95_low/{task}"] <= row[f"eval/success_once/{task}"] <= row[f"eval/success_once_ci95_high/{task}"]
+    assert row["eval/success_once_task_mean"] == pytest.approx(sum(row[f"eval/success_once/{t}"] for t in tasks) / 3)
+    for video in (run / "video" / "eval").rglob("*.mp4"):
+        task = tasks[int(video.stem.rpartition("_task")[2])]
+        assert {e["task_id"] for e in json.loads(video.with_suffix(".json").read_text())["episodes"]} == {task}
+
+
 # Checks of a config's own eval-only run beyond check_eval_only.
-EVAL_CHECKS = {"libero_grpo_tiny": _two_libero_tasks}
+EVAL_CHECKS = {"libero_grpo_tiny": _two_libero_tasks, "maniskill_ppo_multitask_tiny": _three_maniskill_tasks}
 
 
 def test_configs_are_found() -> None:
@@ -119,7 +133,8 @@ def shrink(name: str, cfg) -> list[str]:
     slots = [] if name in TWO_SLOTS else [ONE_SLOT]
     if cfg.runner.paradigm == "sft":
         return ["runner.max_steps=2", *slots]
-    return ["runner.max_steps=2", *slots, "algorithm.rollout_epoch=1", "env.train.groups_per_stage=1", "algorithm.n_minibatches=1",
+    groups = max(1, -(-len(cfg.env.train.tasks) // 2))  # a mixture: a group per task over one worker's 2 stages
+    return ["runner.max_steps=2", *slots, "algorithm.rollout_epoch=1", f"env.train.groups_per_stage={groups}", "algorithm.n_minibatches=1",
             f"runner.critic_warmup={min(cfg.runner.critic_warmup, 1)}"]
 
 

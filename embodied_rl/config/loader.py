@@ -20,7 +20,11 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from embodied_rl.config.mixtures import env_config_reader, explicit_section_keys, resolve_section
+from embodied_rl.config.mixtures import (
+    env_config_reader,
+    explicit_section_keys,
+    resolve_section,
+)
 from embodied_rl.config.overrides import apply_override, parse_override
 from embodied_rl.config.plan import plan_run
 from embodied_rl.config.rules import RuleSet, run_checks, run_plan_checks

@@ -11,16 +11,18 @@ from embodied_rl.evaluation.intervals import format_rate, wilson_interval
 EVAL_CHANGE_FILE = "eval_change.json"
 
 
-def _counts(metrics: dict[str, float], prefix: str) -> tuple[int, int] | None:
-    """(successes, episodes) of success_once under `prefix`; None when not measured."""
-    rate, n = metrics.get(f"{prefix}/{METRIC}", math.nan), int(metrics.get(f"{prefix}/num_trajectories", 0))
+def _counts(metrics: dict[str, float], prefix: str, task: str = "") -> tuple[int, int] | None:
+    """(successes, episodes) of success_once under `prefix` (of one task); None when not measured."""
+    suffix = f"/{task}" if task else ""
+    rate, n = metrics.get(f"{prefix}/{METRIC}{suffix}", math.nan), int(metrics.get(f"{prefix}/num_trajectories{suffix}", 0))
     return (round(rate * n), n) if math.isfinite(rate) else None
 
 
-def _rate(metrics: dict[str, float], prefix: str) -> tuple[float, str]:
-    """(success_once, its formatted rate with Wilson interval and counts) under `prefix`."""
-    counts = _counts(metrics, prefix)
-    return metrics.get(f"{prefix}/{METRIC}", math.nan), format_rate(*counts) if counts else format_rate(0, 0)
+def _rate(metrics: dict[str, float], prefix: str, task: str = "") -> tuple[float, str]:
+    """(success_once, its formatted rate with Wilson interval and counts) under `prefix` (of one task)."""
+    counts = _counts(metrics, prefix, task)
+    suffix = f"/{task}" if task else ""
+    return metrics.get(f"{prefix}/{METRIC}{suffix}", math.nan), format_rate(*counts) if counts else format_rate(0, 0)
 
 
 def paired_counts(r: PairedResult) -> str:
@@ -71,6 +73,27 @@ def change_record(first: tuple[int, dict[str, float]], last: tuple[int, dict[str
             "scorings": list(scorings), "results": results}
 
 
+def tasks_of(metrics: dict[str, float], prefix: str) -> list[str]:
+    """The tasks whose episodes `prefix`'s metrics break down (`<prefix>/num_trajectories/<task>`)."""
+    head = f"{prefix}/num_trajectories/"
+    return sorted(k.removeprefix(head) for k in metrics if k.startswith(head))
+
+
+def task_mean(metrics: dict[str, float], prefix: str) -> float | None:
+    """The unweighted mean of the per-task success rates under `prefix` (a mixture's score, each
+    task counting once whatever its share); None with fewer than two tasks."""
+    tasks = tasks_of(metrics, prefix)
+    rates = [metrics.get(f"{prefix}/{METRIC}/{t}", math.nan) for t in tasks]
+    return sum(rates) / len(rates) if len(tasks) > 1 and all(math.isfinite(r) for r in rates) else None
+
+
 def eval_summary(metrics: dict[str, float], scorings: list[str]) -> str:
-    """One line: every scoring's held-out success with its interval (an evaluation at a glance)."""
-    return "eval success (95 % Wilson interval): " + "; ".join(f"{s} {_rate(metrics, f'eval/{s}')[1]}" for s in scorings)
+    """Every scoring's held-out success with its interval (an evaluation at a glance); with several
+    tasks, then one line per task and their unweighted mean."""
+    line = "eval success (95 % Wilson interval): " + "; ".join(f"{s} {_rate(metrics, f'eval/{s}')[1]}" for s in scorings)
+    tasks = tasks_of(metrics, f"eval/{scorings[0]}")
+    if len(tasks) < 2:
+        return line
+    rows = [f"  {t}: " + "; ".join(f"{s} {_rate(metrics, f'eval/{s}', t)[1]}" for s in scorings) for t in tasks]
+    mean = "; ".join(f"{s} {100 * m:.1f} %" for s in scorings if (m := task_mean(metrics, f"eval/{s}")) is not None)
+    return "\n".join([line, *rows, f"  mean over {len(tasks)} tasks: {mean}"])

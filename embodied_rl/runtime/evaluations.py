@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING
 
 from embodied_rl.config.loader import to_dict
 from embodied_rl.envs.reset_split import spread_reset_ids
-from embodied_rl.evaluation.compare import EvalEpisodes, paired_results
+from embodied_rl.evaluation.compare import METRIC, EvalEpisodes, paired_results
 from embodied_rl.evaluation.intervals import add_success_intervals
 from embodied_rl.evaluation.summary import (
     EVAL_CHANGE_FILE,
     change_record,
     eval_change,
     eval_summary,
+    task_mean,
 )
 from embodied_rl.runtime.metrics_logger import MetricsLogger
 from embodied_rl.runtime.reset_ids_record import record_reset_ids
@@ -86,6 +87,8 @@ class Evaluations:
         for scoring in scorings:
             named = {k: v for k, v in merge_env_metrics(parts[scoring], prefix=f"eval/{scoring}").items() if k.startswith("eval/")}
             metrics.update(add_success_intervals(named, f"eval/{scoring}"))
+            if (mean := task_mean(metrics, f"eval/{scoring}")) is not None:  # a mixture: each task counts once
+                metrics[f"eval/{scoring}/{METRIC}_task_mean"] = mean
         primary = f"eval/{scorings[0]}/"
         metrics.update({"eval/" + k.removeprefix(primary): v for k, v in list(metrics.items()) if k.startswith(primary)})
         metrics.update(combine_epoch_metrics(times))  # the evaluation's seconds: its rollouts' added up
