@@ -133,13 +133,13 @@ def shrink(name: str, cfg) -> list[str]:
     slots = [] if name in TWO_SLOTS else [ONE_SLOT]
     if cfg.runner.paradigm == "sft":
         return ["runner.max_steps=2", *slots]
-    groups = max(1, -(-len(cfg.env.train.tasks) // 2))  # a mixture: a group per task over one worker's 2 stages
+    groups = max(1, -(-len(cfg.env.train.tasks) // cfg.rollout.pipeline_stage_num))  # a mixture: a group per task on one worker
     return ["runner.max_steps=2", *slots, "algorithm.rollout_epoch=1", f"env.train.groups_per_stage={groups}", "algorithm.n_minibatches=1",
             f"runner.critic_warmup={min(cfg.runner.critic_warmup, 1)}"]
 
 
 # A config on LIBERO carries the libero marker (its eval-only run holds the LIBERO eval checks).
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.libero) if "env/libero" in (CONFIG_DIR / f"{n}.yaml").read_text()
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.libero) if "libero" in n
                                   else n for n in SHIPPED])
 def test_shipped_config_trains_two_steps_and_evaluates(name: str, tmp_path: Path) -> None:
     cfg = load_config(name, skip=("sft_data",), plan=False)
