@@ -25,7 +25,7 @@ CHUNKS = 2
 
 
 def _cfg(path: Path, **keys):
-    return model_config("cnn_gaussian", **{"model_path": str(path), "proprio_dim": STATE, "num_action_chunks": CHUNKS, **keys})
+    return model_config("cnn_gaussian", **{"model_path": str(path), "use_proprio": True, "proprio_dim": STATE, "num_action_chunks": CHUNKS, **keys})
 
 
 @pytest.fixture(autouse=True)
@@ -41,7 +41,7 @@ def _one_thread():
 def ckpt(tmp_path_factory) -> Path:
     """The tiny cnn_gaussian preset at 64 px, 9-D state, chunks of 2 actions."""
     path = tmp_path_factory.mktemp("cnn") / "tiny-cnn"
-    create_model("tiny", path, model_type="cnn_gaussian", image_size=64, proprio_dim=STATE, use_proprio=None,
+    create_model("tiny", path, model_type="cnn_gaussian", image_size=64, proprio_dim=STATE, use_proprio=True,
                  model_keys={"num_action_chunks": CHUNKS}, seed=0)
     return path
 
@@ -49,7 +49,7 @@ def ckpt(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("squash", ["clip", "tanh"])
 def test_recorded_logprobs_are_what_evaluate_recomputes(tmp_path, squash):
     path = tmp_path / squash
-    create_model("tiny", path, model_type="cnn_gaussian", image_size=64, proprio_dim=STATE, use_proprio=None,
+    create_model("tiny", path, model_type="cnn_gaussian", image_size=64, proprio_dim=STATE, use_proprio=True,
                  model_keys={"num_action_chunks": CHUNKS, "squash": squash})
     policy = build_policy(_cfg(path, squash=squash, add_value_head=True, value_type="action_level"))
     inputs = policy.prepare_inputs(observations(5, size=80, state_dim=STATE))  # 80 px camera resized to the model's 64
@@ -166,12 +166,12 @@ def test_make_model_cli_and_the_privileged_critic(tmp_path):
     from embodied_rl.cli.make_model import make_model_main
 
     assert make_model_main(["nature_cnn", str(tmp_path / "m"), "--model-type", "cnn_gaussian", "--image-size", "64",
-                            "--proprio-dim", str(STATE), "--num-action-chunks", "1"]) == 0
+                            "--proprio", "--proprio-dim", str(STATE), "--num-action-chunks", "1"]) == 0
     with pytest.raises(UserError, match="'small' is not a preset of --model-type cnn_gaussian; available: nature_cnn, tiny"):
         make_model_main(["small", str(tmp_path / "x"), "--model-type", "cnn_gaussian"])
     arch = json.loads((tmp_path / "m" / "config.json").read_text())
     assert arch["cnn_channels"] == [32, 64, 64] and arch["num_action_chunks"] == 1
-    cfg = model_config("cnn_gaussian", model_path=str(tmp_path / "m"), proprio_dim=STATE, num_action_chunks=1, add_value_head=True,
+    cfg = model_config("cnn_gaussian", model_path=str(tmp_path / "m"), use_proprio=True, proprio_dim=STATE, num_action_chunks=1, add_value_head=True,
                        value_type="chunk_level", value_input="privileged_state", privileged_state_dim=6)
     policy = build_policy(cfg)
     inputs = policy.prepare_inputs(observations(8, size=64, state_dim=STATE, privileged_dim=6))
@@ -203,8 +203,8 @@ def _ppo_run(out: Path, model: Path) -> str:
         "env": {"train": {"video_cfg": {"save_video": True, "video_base_dir": f"{videos}/train"}},
                 "eval": {**EVAL_64, "total_num_envs": 2, "auto_reset": False, "ignore_terminations": True, "use_fixed_reset_state_ids": True,
                          "video_cfg": {"save_video": True, "video_base_dir": f"{videos}/eval"}}},
-        "actor": {"model": {"model_type": "cnn_gaussian", "create_preset": {"name": "tiny", "image_size": 64}, "proprio_dim": STATE,
-                            "num_action_chunks": 4}},
+        "actor": {"model": {"model_type": "cnn_gaussian", "create_preset": {"name": "tiny", "image_size": 64}, "use_proprio": True, "proprio_dim": 12,
+                            "num_action_chunks": 4}},  # PickCube's state with its goal (env_configs/maniskill_pick_cube.yaml)
     })
 
 
@@ -227,6 +227,6 @@ def test_ppo_two_steps_under_ray_then_eval_and_export(tmp_path):
     run_cli("eval", str(tmp_path / "cnn.yaml"), "runner.experiment_name=cnn_eval", f"runner.ckpt_path={ckpt}", cwd=tmp_path)
     check_eval_only(tmp_path / "runs" / "cnn_eval")
     run_cli("export", str(ckpt), str(tmp_path / "exported"), cwd=tmp_path)
-    exported = build_policy(_cfg(tmp_path / "exported", num_action_chunks=4, add_value_head=True, value_type="chunk_level"))
-    start = build_policy(_cfg(tmp_path / "tiny-cnn", num_action_chunks=4))
+    exported = build_policy(_cfg(tmp_path / "exported", proprio_dim=12, num_action_chunks=4, add_value_head=True, value_type="chunk_level"))
+    start = build_policy(_cfg(tmp_path / "tiny-cnn", proprio_dim=12, num_action_chunks=4))
     assert not torch.equal(exported.log_std, start.log_std)  # the trained weights, not the start's

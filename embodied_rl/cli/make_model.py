@@ -23,7 +23,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--action-dim", type=int, default=7, help="action dimensions in dataset_statistics.json")
     p.add_argument("--num-action-chunks", type=int, default=None, help="actions per forward pass where it sizes the model (cnn_gaussian); default: the model type's")
     p.add_argument("--proprio-dim", type=int, default=8, help="proprio (state) dimensions in dataset_statistics.json")
-    p.add_argument("--proprio", action="store_true", default=None, help="also read the state (OFT: write a proprio projector for actor.model.use_proprio); default: the model type's")
+    p.add_argument("--proprio", action="store_true", default=None, help="also read the state (actor.model.use_proprio; OFT: write a proprio projector, cnn_gaussian: a state MLP)")
     p.add_argument("--unnorm-key", default=IDENTITY_KEY, help="key of the (identity) statistics entry")
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="dtype of the written weights (bf16 halves openvla-7b to ~15 GB)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random initialisation")

@@ -3,6 +3,9 @@
 The architecture's sizes come from the checkpoint's config.json (a preset makes them); the
 width keys here are null by default and, when set, are what a created model takes and what a
 loaded checkpoint must have. Shared keys that only OpenVLA-OFT reads are refused when set.
+The shared keys keep their shared defaults (the loader fills them in before it knows the model
+type): `use_proprio: true` makes the policy read the state (proprio_dim values, normalised with
+the 'proprio' statistics) through an MLP beside the image encoder; false = images only.
 """
 from __future__ import annotations
 
@@ -33,8 +36,6 @@ ARCH_KEYS = ("num_action_chunks", "squash", "log_std_init", "cnn_channels", "ima
 @register_model_config("cnn_gaussian")
 @dataclass
 class CNNGaussianConfig(ModelConfig):
-    model_path: str = field(default="models/cnn-gaussian", metadata={"help": "Checkpoint directory (config.json with model_type cnn_gaussian, model.safetensors, dataset_statistics.json)."})
-    use_proprio: bool = field(default=True, metadata={"help": "Read the state (EnvObservation.states, proprio_dim values, normalised with the 'proprio' q01/q99 statistics) through an MLP beside the image encoder; false = images only."})
     squash: str = field(default="clip", metadata={"help": "How a Gaussian sample u (the action record) becomes a normalised action: clip (clip(u, -1, 1); log-probs are of u, as ManiSkill's ppo_rgb) | tanh (tanh(u), log-probs with the change-of-variables term)."})
     log_std_init: float = field(default=-0.5, metadata={"help": "Initial value of the state-independent log standard deviation of a created model (ppo_rgb: -0.5); a checkpoint keeps its learned one."})
     cnn_channels: list[int] | None = field(default=None, metadata={"help": "Output channels of NatureCNN's three convolutions (8x8/4, 4x4/2, 3x3/1); null = the checkpoint's (the preset's when created)."})
