@@ -21,6 +21,7 @@ from embodied_rl.config.schema.model import (
 from embodied_rl.errors import ConfigError
 
 if TYPE_CHECKING:
+    from embodied_rl.memory.params import ParamCounts
     from embodied_rl.models.checkpoint_spec import CheckpointSpec
 
 SQUASHES = ("clip", "tanh")
@@ -87,6 +88,25 @@ class CNNGaussianConfig(ModelConfig):
 
         arch = CNNGaussianArch.load(Path(self.model_path))
         return checkpoint_spec(self.model_path, self.unnorm_key, image_size=arch.image_size, cameras=arch.num_images_in_input)
+
+    def parameter_counts(self) -> ParamCounts | None:
+        """Counted on the checkpoint's module tree built on the meta device (None: no checkpoint yet).
+        Everything trains; the encoder and the value head are FSDP's separately sharded units."""
+        if not (Path(self.model_path) / "config.json").is_file():
+            return None
+        from embodied_rl.memory.params import ParamCounts
+        from embodied_rl.models.cnn_gaussian.policy import CNNGaussianPolicy
+
+        tree = CNNGaussianPolicy.skeleton(self.model_path, self, device="cpu")
+        size = lambda m: sum(p.numel() for p in m.parameters())
+        total, units = size(tree), [size(u) for u in tree.fsdp_units()]
+        groups = {name: size(child) for name, child in tree.named_children()} | {"log_std": tree.log_std.numel()}
+        return ParamCounts(total=total, trainable=total, largest_unit=max(units, default=0), root_unit=total - sum(units), groups=groups)
+
+    def activation_bytes(self, env_cfg: Any, micro_batch: int, param_dtype: str) -> int | str:
+        from embodied_rl.models.activations import activation_bytes
+
+        return activation_bytes(self, env_cfg, micro_batch, param_dtype)
 
     def check_with(self, cfg: Any) -> None:
         check_sampling_settings(cfg.algorithm.sampling_params)

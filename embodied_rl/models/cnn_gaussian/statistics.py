@@ -43,8 +43,10 @@ class Bounds:
     def __init__(self, block: dict[str, Any], name: str, dim: int, key: str) -> None:
         if not isinstance(block, dict) or "q01" not in block or "q99" not in block:
             raise ConfigError(f"{STATS_FILE}: '{name}' needs q01 and q99 lists")
-        self.low, self.high = torch.tensor(block["q01"], dtype=torch.float32), torch.tensor(block["q99"], dtype=torch.float32)
-        self.mask = torch.tensor(block.get("mask", [True] * len(block["q01"])), dtype=torch.bool)
+        # on the CPU even when the policy is built on the meta device (a skeleton still prepares inputs)
+        self.low = torch.tensor(block["q01"], dtype=torch.float32, device="cpu")
+        self.high = torch.tensor(block["q99"], dtype=torch.float32, device="cpu")
+        self.mask = torch.tensor(block.get("mask", [True] * len(block["q01"])), dtype=torch.bool, device="cpu")
         if self.low.shape[0] != dim:
             raise ConfigError(f"actor.model.{key}={dim} but {STATS_FILE} '{name}' has {self.low.shape[0]} dims; set {key}={self.low.shape[0]}")
 
