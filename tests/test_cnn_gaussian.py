@@ -129,6 +129,8 @@ def test_checkpoint_round_trip(ckpt, tmp_path):
     # a checkpoint without a critic gets the same seeded one in every process
     one, two = (build_policy(cfg, init_seed=5) for _ in range(2))
     torch.testing.assert_close(one.value_head.state_dict(), two.value_head.state_dict())
+    counts = cfg.parameter_counts()  # the memory plan's count, from the meta-device tree
+    assert counts.total == counts.trainable == sum(p.numel() for p in policy.parameters())
     skeleton = type(policy).skeleton(ckpt, cfg, device="cpu")
     assert all(t.is_meta for t in skeleton.state_dict().values())
     assert skeleton.state_dict().keys() == policy.state_dict().keys()
