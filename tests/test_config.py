@@ -237,6 +237,6 @@ def test_actor_model_is_built_as_the_class_its_model_type_names(project: Path, m
         _built(project, "actor.model.model_type=cfgtest_mlp", "actor.model.center_crop=false")
     with pytest.raises(ConfigError, match=r"unknown key 'actor.model.hidden_size'"):
         load(project, "actor.model.hidden_size=16")
-    assert "available: cfgtest_mlp, openvla_oft" in error_of(project, "actor.model.model_type=mlp")
+    assert "available: cfgtest_mlp, cnn_gaussian, openvla_oft" in error_of(project, "actor.model.model_type=mlp")
     with pytest.raises(TypeError, match="model_config"):
         ModelConfig()

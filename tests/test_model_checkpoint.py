@@ -241,7 +241,7 @@ def test_config_must_match_checkpoint(tiny):
         build_policy(OpenVLAOFTConfig(model_path=str(tiny), action_dim=6))
     with pytest.raises(UserError, match="unnorm_key='bridge_orig' not in dataset_statistics.json; available keys: identity"):
         build_policy(OpenVLAOFTConfig(model_path=str(tiny), unnorm_key="bridge_orig"))
-    with pytest.raises(UserError, match="model_type='openvla' is unknown; available: openvla_oft"):
+    with pytest.raises(UserError, match="model_type='openvla' is unknown; available: cnn_gaussian, openvla_oft"):
         build_policy(OpenVLAOFTConfig(model_path=str(tiny), model_type="openvla"))
 
 
@@ -251,12 +251,12 @@ def test_a_created_preset_that_reads_its_state_carries_its_proprio_projector(tmp
     from types import SimpleNamespace
 
     from embodied_rl.cli.make_model import make_model_main
+    from embodied_rl.config.schema.model import CreatePresetConfig
     from embodied_rl.runtime.train import ensure_model
 
     assert make_model_main(["tiny", str(tmp_path / "cli"), "--image-size", "56", "--proprio", "--proprio-dim", "12"]) == 0
-    preset = SimpleNamespace(name="tiny", image_size=56)
-    model = SimpleNamespace(model_path=str(tmp_path / "run"), create_preset=preset, model_type="openvla_oft", num_images_in_input=1,
-                            action_dim=7, proprio_dim=12, use_proprio=True)
+    model = OpenVLAOFTConfig(model_path=str(tmp_path / "run"), create_preset=CreatePresetConfig(name="tiny", image_size=56),
+                             action_dim=7, proprio_dim=12, use_proprio=True)
     ensure_model(SimpleNamespace(actor=SimpleNamespace(model=model), rollout=SimpleNamespace(model=model), runner=SimpleNamespace(seed=0)))
     for made in ("cli", "run"):
         assert (tmp_path / made / "proprio_projector.safetensors").is_file()

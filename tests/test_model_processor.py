@@ -113,7 +113,7 @@ def test_make_model_writes_official_layout(tiny, tmp_path):
     assert all(t.dtype == torch.bfloat16 for t in load_file(str(tmp_path / "bf16" / "model.safetensors")).values())
     with pytest.raises(UserError, match="exists and is not empty"):
         make_model_main(["tiny", str(tiny)])
-    with pytest.raises(SystemExit):
+    with pytest.raises(UserError, match="'huge' is not a preset of --model-type openvla_oft"):
         make_model_main(["huge", str(tmp_path / "x")])
 
 

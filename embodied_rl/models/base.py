@@ -151,6 +151,11 @@ class BasePolicy(nn.Module):
     def save_checkpoint(self, out_dir: str | Path) -> None:
         """Write a checkpoint that `from_checkpoint(out_dir, model_cfg)` restores exactly."""
 
+    def export_merged(self, out_dir: str | Path) -> None:
+        """A checkpoint that loads without any adapter (`embodied-rl export`); a policy whose
+        trained weights are all in its own modules writes what save_checkpoint writes."""
+        self.save_checkpoint(out_dir)
+
     @classmethod
     def skeleton(cls, path: str | Path, model_cfg: ModelConfig, *, device: torch.device | str,
                  dtype: torch.dtype = torch.float32) -> BasePolicy:

@@ -33,20 +33,21 @@ def _model_files(cfg: RootConfig) -> None:
 def _create_preset(cfg: RootConfig) -> None:
     """A checkpoint already at a model path must be what create_preset would make there, or the
     run would silently train another architecture than the config describes."""
-    from embodied_rl.models.openvla_oft.presets import PRESETS, preset_mismatch
-
-    preset = cfg.actor.model.create_preset
+    m = cfg.actor.model
+    preset = m.create_preset
     if preset is None:
         return
-    if preset.name not in PRESETS:
-        raise ConfigError(f"actor.model.create_preset.name={preset.name!r} is not a preset; available: {', '.join(PRESETS)}")
+    presets = m.preset_names()
+    if preset.name not in presets:
+        raise ConfigError(f"actor.model.create_preset.name={preset.name!r} is not a preset of model_type {m.model_type}; "
+                          f"available: {', '.join(presets) or 'none'}")
     if preset.image_size < 14:
         raise ConfigError(f"actor.model.create_preset.image_size: must be >= 14 (one ViT patch), got {preset.image_size}")
     for key, path in (("actor.model.model_path", cfg.actor.model.model_path), ("rollout.model.model_path", cfg.rollout.model.model_path)):
         if not (Path(path) / "config.json").is_file():
             continue
         try:
-            diff = preset_mismatch(preset.name, preset.image_size, path)
+            diff = m.preset_mismatch(preset.name, preset.image_size, path)
         except UserError as err:
             raise ConfigError(f"{key}={path}: {err}") from None
         if diff:
@@ -54,6 +55,12 @@ def _create_preset(cfg: RootConfig) -> None:
                 f"actor.model.create_preset: {key}={path} holds a checkpoint that is not the {preset.name} preset at "
                 f"{preset.image_size} px ({diff}); remove actor.model.create_preset to use it, or delete {path} to create the preset there"
             )
+
+
+@RULES.config_check
+def _policy_settings(cfg: RootConfig) -> None:
+    """Settings outside actor.model that the policy type cannot honour (its config class says)."""
+    cfg.actor.model.check_with(cfg)
 
 
 @RULES.config_check
@@ -151,12 +158,10 @@ def _starting_checkpoint(cfg: RootConfig):
     """The CheckpointSpec of the checkpoint at actor.model.model_path the run starts from, or None
     (create_preset makes it from actor.model's keys; _model_files reports a missing one)."""
     m = cfg.actor.model
-    if m.create_preset is not None or m.model_type != "openvla_oft" or not (Path(m.model_path) / "config.json").is_file():
+    if m.create_preset is not None or not (Path(m.model_path) / "config.json").is_file():
         return None
-    from embodied_rl.models.openvla_oft.checkpoint_spec import read_checkpoint_spec
-
     try:
-        return read_checkpoint_spec(m.model_path, m.unnorm_key)
+        return m.checkpoint_spec()
     except (UserError, OSError, ValueError, KeyError, TypeError) as err:
         raise ConfigError(f"actor.model.model_path={m.model_path}: unreadable checkpoint files ({err})") from None
 

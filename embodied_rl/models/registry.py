@@ -47,7 +47,8 @@ def register_policy(name: str) -> Callable[[type[BasePolicy]], type[BasePolicy]]
 
 # Built-in policies by the module that registers them, imported on first use: the config rules
 # check a model type against these names without importing transformers and peft.
-BUILTIN_POLICIES = {"openvla_oft": "embodied_rl.models.openvla_oft.policy"}
+BUILTIN_POLICIES = {"openvla_oft": "embodied_rl.models.openvla_oft.policy",
+                    "cnn_gaussian": "embodied_rl.models.cnn_gaussian.policy"}
 
 
 def check_policy_type(model_type: str) -> None:

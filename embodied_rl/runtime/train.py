@@ -32,7 +32,7 @@ def ensure_model(cfg: RootConfig) -> None:
         print(f"creating the {preset.name} preset at {path} (actor.model.create_preset)", file=sys.stderr)
         create_model(preset.name, path, model_type=m.model_type, image_size=preset.image_size,
                      num_images=m.num_images_in_input, action_dim=m.action_dim, proprio_dim=m.proprio_dim,
-                     use_proprio=m.use_proprio, seed=cfg.runner.seed)
+                     use_proprio=m.use_proprio, seed=cfg.runner.seed, model_keys=m.preset_keys())
 
 
 def main(cfg: RootConfig) -> int:

@@ -29,13 +29,14 @@ ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2")
 DEFAULT_MODEL_TYPE = "openvla_oft"
 
 #: model_type -> module whose import registers that type's config class.
-BUILTIN_MODEL_CONFIGS = {"openvla_oft": "embodied_rl.models.openvla_oft.configuration"}
+BUILTIN_MODEL_CONFIGS = {"openvla_oft": "embodied_rl.models.openvla_oft.configuration",
+                         "cnn_gaussian": "embodied_rl.models.cnn_gaussian.configuration"}
 _MODEL_CONFIGS: dict[str, type[ModelConfig]] = {}
 
 
 @dataclass
 class CreatePresetConfig:
-    name: str = field(default="tiny", metadata={"help": "Preset of `embodied-rl make-model` (tiny | small | openvla-7b)."})
+    name: str = field(default="tiny", metadata={"help": "Preset of `embodied-rl make-model` for actor.model.model_type (openvla_oft: tiny | small | openvla-7b; cnn_gaussian: tiny | nature_cnn)."})
     image_size: int = field(default=224, metadata={"help": "Input side in pixels of the created model."})
 
 
@@ -43,7 +44,7 @@ class CreatePresetConfig:
 class ModelConfig:
     """Keys of every policy; `model_type` picks the registered subclass that adds the policy's own."""
 
-    model_type: str = field(default="openvla_oft", metadata={"help": "Policy architecture, a key of the model registry (openvla_oft)."})
+    model_type: str = field(default="openvla_oft", metadata={"help": "Policy architecture, a key of the model registry (openvla_oft | cnn_gaussian)."})
     model_path: str = field(default="models/tiny-openvla-oft", metadata={"help": "Checkpoint directory in the official HF layout (config.json, safetensors, tokenizer, dataset_statistics.json)."})
     create_preset: CreatePresetConfig | None = field(default=None, metadata={"help": "When model_path has no checkpoint yet, create one there from this preset (random init, official layout, with actor.model's action_dim, proprio_dim and num_images_in_input) before the run; a checkpoint already there must have the preset's architecture (name and image_size), else the run is refused. null = use the checkpoint as it is; a missing one is an error."})
     action_dim: int = field(default=7, metadata={"help": "Action dimensions per step (7 for EEF delta pose + gripper)."})
@@ -111,6 +112,31 @@ class ModelConfig:
         (an EnvConfig) in the compute dtype `param_dtype`, or why they are not counted. A model
         type overrides it (embodied_rl.models.activations counts any policy with a skeleton)."""
         return f"model_type {self.model_type} does not count its activations"
+
+    def checkpoint_spec(self) -> Any:
+        """What the checkpoint at model_path fixes about observations and actions (an
+        embodied_rl.models.checkpoint_spec.CheckpointSpec read from its JSON files, without
+        building the policy), or None where this model type does not say: the config checks then
+        compare nothing against it. A model type overrides it."""
+        return None
+
+    def preset_names(self) -> tuple[str, ...]:
+        """The presets `create_preset.name` (and `embodied-rl make-model`) accept for this model type."""
+        return ()
+
+    def preset_mismatch(self, name: str, image_size: int, path: str) -> str | None:
+        """How the checkpoint at `path` differs from preset `name` at `image_size`; None if it has
+        that architecture (weights and statistics are not compared)."""
+        return None
+
+    def preset_keys(self) -> dict[str, Any]:
+        """The keys of this model type, beyond the shared ones create_model takes, that a model
+        created from a preset follows (e.g. a chunk length that sizes an output layer)."""
+        return {}
+
+    def check_with(self, cfg: Any) -> None:
+        """Raise ConfigError (one line) for a setting outside actor.model that this policy cannot
+        honour; `cfg` is the whole RootConfig. A model type overrides it."""
 
     @classmethod
     def variant(cls, data: Mapping[str, Any]) -> type[ModelConfig]:

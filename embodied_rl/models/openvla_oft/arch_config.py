@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from embodied_rl.config.schema.model import BUILTIN_MODEL_CONFIGS
 from embodied_rl.errors import CheckpointError
 
 if TYPE_CHECKING:  # transformers is imported when a model is built, not when a config is checked
@@ -96,6 +97,9 @@ class OpenVLAArchConfig:
 
     @classmethod
     def from_json_dict(cls, d: dict[str, Any], source: str = CONFIG_NAME) -> OpenVLAArchConfig:
+        if d.get("model_type") in BUILTIN_MODEL_CONFIGS:  # another policy type of this package saved it
+            raise CheckpointError(f"{source}: model_type is {d['model_type']!r}, a {d['model_type']} checkpoint, not an openvla_oft one; "
+                                  f"set actor.model.model_type={d['model_type']}")
         if d.get("model_type") not in ("openvla", "prismatic"):
             raise CheckpointError(f"{source}: model_type is {d.get('model_type')!r}, expected 'openvla' (an OpenVLA / OpenVLA-OFT checkpoint)")
         if not isinstance(d.get("text_config"), dict) or d["text_config"].get("model_type", "llama") != "llama":

@@ -2,70 +2,17 @@
 read from its JSON files alone (no torch, no transformers: the config checks use it).
 
 config.json: the input side in pixels (`image_sizes`) and, for checkpoints made here, the
-cameras per sample (`num_images_in_input`); dataset_statistics.json: the sizes of the actions
-and of the proprio state its statistics normalise; demos_manifest.json, beside a policy trained
-on demonstrations (models/README.md): the cameras, state and controller of those demos.
+cameras per sample (`num_images_in_input`); the files every checkpoint shares (statistics,
+demos manifest) are read by models/checkpoint_spec.py.
 """
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from embodied_rl.models.checkpoint_spec import CheckpointSpec, checkpoint_spec
 from embodied_rl.models.openvla_oft.arch_config import OpenVLAArchConfig
-
-STATS_FILE = "dataset_statistics.json"
-DEMOS_MANIFEST = "demos_manifest.json"
-
-
-@dataclass(frozen=True)
-class DemosSeen:
-    """What the demos a checkpoint learned from were recorded with (its demos_manifest.json)."""
-
-    image_size: tuple[int, int]
-    control_mode: str | None
-
-
-@dataclass(frozen=True)
-class CheckpointSpec:
-    """None where the checkpoint does not say (e.g. an official checkpoint's camera count)."""
-
-    image_size: int
-    cameras: int | None
-    stats_key: str | None
-    action_dim: int | None
-    proprio_dim: int | None
-    demos: DemosSeen | None
-
-
-def _block_dim(entry: dict[str, Any], block: str) -> int | None:
-    values = (entry.get(block) or {}).get("q01")
-    return len(values) if isinstance(values, list) else None
-
-
-def _stats_entry(stats: dict[str, Any], unnorm_key: str | None) -> str | None:
-    """The entry the policy will read (as actions.resolve_unnorm_key picks it); None where that
-    is ambiguous or absent, which the policy reports itself when it loads."""
-    if unnorm_key is None:
-        return next(iter(stats)) if len(stats) == 1 else None
-    return next((k for k in (unnorm_key, f"{unnorm_key}_no_noops") if k in stats), None)
 
 
 def read_checkpoint_spec(path: str | Path, unnorm_key: str | None) -> CheckpointSpec:
-    path = Path(path)
-    arch = OpenVLAArchConfig.load(path)
-    cameras = arch.extra.get("num_images_in_input")
-    key = action_dim = proprio_dim = None
-    if (path / STATS_FILE).is_file():
-        stats = json.loads((path / STATS_FILE).read_text())
-        key = _stats_entry(stats, unnorm_key) if isinstance(stats, dict) else None
-        if key is not None and isinstance(stats[key], dict):
-            action_dim, proprio_dim = _block_dim(stats[key], "action"), _block_dim(stats[key], "proprio")
-    demos = None
-    if (path / DEMOS_MANIFEST).is_file():
-        manifest = json.loads((path / DEMOS_MANIFEST).read_text())
-        h, w = manifest["image_size"]
-        demos = DemosSeen(image_size=(int(h), int(w)), control_mode=manifest.get("control_mode"))
-    return CheckpointSpec(image_size=arch.image_size, cameras=None if cameras is None else int(cameras), stats_key=key,
-                          action_dim=action_dim, proprio_dim=proprio_dim, demos=demos)
+    arch = OpenVLAArchConfig.load(Path(path))
+    return checkpoint_spec(path, unnorm_key, image_size=arch.image_size, cameras=arch.extra.get("num_images_in_input"))

@@ -16,6 +16,7 @@ from embodied_rl.config.schema.model import (
 
 if TYPE_CHECKING:
     from embodied_rl.memory.params import ParamCounts
+    from embodied_rl.models.checkpoint_spec import CheckpointSpec
 
 # Every linear layer of the two ViTs, the projector and the Llama-style LLM, plus lm_head.
 LORA_TARGETS = ["proj", "qkv", "fc1", "fc2", "q", "kv", "fc3", "out_proj", "q_proj", "k_proj", "v_proj", "o_proj",
@@ -42,6 +43,21 @@ class OpenVLAOFTConfig(ModelConfig):
             raise model_key_error("action_bin_window", f"must be in [0, 255] bins (0: no window), got {self.action_bin_window}")
         if not self.lora_target_modules:
             raise model_key_error("lora_target_modules", "must name at least one module")
+
+    def checkpoint_spec(self) -> CheckpointSpec:
+        from embodied_rl.models.openvla_oft.checkpoint_spec import read_checkpoint_spec
+
+        return read_checkpoint_spec(self.model_path, self.unnorm_key)
+
+    def preset_names(self) -> tuple[str, ...]:
+        from embodied_rl.models.openvla_oft.presets import PRESETS
+
+        return tuple(PRESETS)
+
+    def preset_mismatch(self, name: str, image_size: int, path: str) -> str | None:
+        from embodied_rl.models.openvla_oft.presets import preset_mismatch
+
+        return preset_mismatch(name, image_size, path)
 
     def parameter_counts(self) -> ParamCounts | None:
         from embodied_rl.models.openvla_oft.size import parameter_counts

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from embodied_rl.moments import merge_moments
+from embodied_rl.models.input_norm import InputNormalizer
 
 
 class PrismaticProjector(nn.Module):
@@ -42,41 +42,6 @@ class ProprioProjector(nn.Module):
 
     def forward(self, proprio: torch.Tensor) -> torch.Tensor:
         return self.fc2(self.act_fn1(self.fc1(proprio)))
-
-
-class InputNormalizer(nn.Module):
-    """Running mean and variance of an input vector, and the input standardised with them and
-    clipped to +-clip. The statistics are buffers, so they are saved, synced to the rollout and
-    loaded with the weights; they change only through `update` (whole training batches), never
-    in forward, so the rollout and the update compute the same function of the input."""
-
-    def __init__(self, dim: int, clip: float = 10.0, eps: float = 1e-8) -> None:
-        super().__init__()
-        self.clip, self.eps = clip, eps
-        self.register_buffer("mean", torch.zeros(dim))
-        self.register_buffer("var", torch.ones(dim))
-        self.register_buffer("count", torch.zeros(()))
-
-    @torch.no_grad()
-    def reset(self) -> None:
-        """No statistics yet: the identity until the first update."""
-        self.mean.zero_()
-        self.var.fill_(1.0)
-        self.count.zero_()
-
-    @torch.no_grad()
-    def update(self, x: torch.Tensor) -> None:
-        """Merge the rows of x [..., dim] into the statistics."""
-        x = x.reshape(-1, self.mean.shape[0]).to(self.mean)
-        if x.shape[0] == 0:
-            return
-        count, mean, var = merge_moments(self.count, self.mean, self.var, float(x.shape[0]), x.mean(0), x.var(0, unbiased=False))
-        self.count.copy_(count)
-        self.mean.copy_(mean)
-        self.var.copy_(var)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ((x - self.mean.to(x.dtype)) / torch.sqrt(self.var.to(x.dtype) + self.eps)).clamp(-self.clip, self.clip)
 
 
 class ValueHead(nn.Module):

@@ -1,0 +1,1 @@
+"""A pixel Gaussian policy: ManiSkill's ppo_rgb design (NatureCNN + state MLP, learned log-std)."""
