@@ -191,7 +191,7 @@ def test_config_checks_refuse_what_a_gaussian_cannot_do():
     with pytest.raises(ConfigError, match="rollout.backend=vllm does not serve actor.model.model_type='cnn_gaussian'"):
         load_config("maniskill_cnn_gaussian_ppo", ["rollout.backend=vllm"], plan=False)
     with pytest.raises(ConfigError, match="create_preset.name='small' is not a preset of model_type cnn_gaussian; available: nature_cnn, tiny"):
-        load_config("maniskill_cnn_gaussian_ppo", ["actor.model.create_preset.name=small"], plan=False)
+        load_config("maniskill_cnn_gaussian_sft", ["actor.model.create_preset.name=small"], plan=False)
 
 
 # ---------------------------------------------------------------------------- PPO under Ray
