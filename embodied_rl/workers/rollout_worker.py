@@ -143,14 +143,12 @@ class RolloutWorker:
         if t < n_chunk_steps:
             inputs = self._inputs(obs)
             out = self.policy.predict(inputs, do_sample=spec.do_sample, temperature=spec.temperature,
-                                      top_k=spec.top_k, logprob_top_k=spec.scored_top_k,
-                                      compute_values=self.compute_values and keep,
-                                      generator=generator)
+                                      compute_values=self.compute_values and keep, generator=generator)
             self._send_actions(s, t, out.actions.float().cpu().numpy(), [m.obs.num_envs for m in msgs])
             if keep:
                 self._record_step(rec, out, msgs)
                 if self.kl_reference is not None:
-                    ref = self.kl_reference.logprobs(inputs, out.action_record, temperature=spec.temperature, top_k=spec.scored_top_k)
+                    ref = self.kl_reference.logprobs(inputs, out.action_record, temperature=spec.temperature)
                     rec["ref_logprobs"].append(ref.float().cpu())
         elif keep and self.compute_values:
             # V(final obs) equals V(obs) on rows that did not reset, and rows that did are done

@@ -16,24 +16,17 @@ from embodied_rl.errors import ConfigError
 GRANULARITIES = ("token_level", "action_level", "chunk_level")
 REWARD_NORMS = ("none", "batch", "group", "running")
 BOOTSTRAP_TYPES = ("standard", "none")
-#: How an evaluation picks action tokens: greedy = argmax, sampled = drawn at temperature_eval.
+#: How an evaluation picks actions: greedy = the policy's most likely action, sampled = drawn at temperature_eval.
 EVAL_SCORINGS = ("greedy", "sampled")
 EvalScoring = Literal["greedy", "sampled"]
 
 
 @dataclass
 class SamplingParams:
-    do_sample: bool = field(default=True, metadata={"help": "Sample action tokens during training rollouts (false = argmax; log-probs are still reported)."})
+    do_sample: bool = field(default=True, metadata={"help": "Sample actions during training rollouts (false = the most likely action; log-probs are still reported)."})
     temperature_train: float = field(default=1.0, metadata={"help": "Softmax temperature of training rollouts and of the training forward pass."})
-    eval_scoring: list[EvalScoring] = field(default_factory=lambda: ["greedy", "sampled"], metadata={"help": "How every evaluation (and embodied-rl eval, and each side of eval --compare) scores the policy, each scoring on the same initial states: greedy (argmax action tokens, the usual protocol for reported success rates) and/or sampled (tokens drawn at temperature_eval with top_k, as RL rollouts act; seeded per eval epoch, reproducible). Each is logged as eval/<scoring>/... with its intervals; the first, the primary, also as eval/... . Each scoring is one more pass over the eval episodes."})
+    eval_scoring: list[EvalScoring] = field(default_factory=lambda: ["greedy", "sampled"], metadata={"help": "How every evaluation (and embodied-rl eval, and each side of eval --compare) scores the policy, each scoring on the same initial states: greedy (the most likely action, the usual protocol for reported success rates) and/or sampled (actions drawn at temperature_eval with the policy's own sampling settings, as RL rollouts act; seeded per eval epoch, reproducible). Each is logged as eval/<scoring>/... with its intervals; the first, the primary, also as eval/... . Each scoring is one more pass over the eval episodes."})
     temperature_eval: float = field(default=1.0, metadata={"help": "Softmax temperature of the sampled evaluation scoring (eval_scoring: sampled)."})
-    top_k: int | None = field(default=None, metadata={"help": "Keep the k most likely of the 256 action bins before sampling; null = all bins."})
-    logprobs_over: Literal["top_k", "all_bins"] = field(default="top_k", metadata={"help": "The policy whose log-probs training rollouts record and PPO/GRPO train (and a KL reference scores), with top_k set: top_k (the sampling policy, top_k bins renormalised: a sampled bin an update moves out of the top k gets log-prob -inf and no gradient, so nothing pulls it back) | all_bins (the temperature-scaled policy over all 256 bins: every sampled bin keeps its gradient; the ratio then leaves out the top-k renormalisation)."})
-
-    @property
-    def logprob_top_k(self) -> int:
-        """The top_k of the log-probs training uses (0 = all bins)."""
-        return (self.top_k or 0) if self.logprobs_over == "top_k" else 0
 
 
 @dataclass
@@ -146,11 +139,6 @@ class AlgorithmConfig:
             raise ConfigError("algorithm.update_epoch, rollout_epoch and eval_rollout_epoch must be >= 1")
         if self.sampling_params.temperature_train <= 0 or self.sampling_params.temperature_eval <= 0:
             raise ConfigError("algorithm.sampling_params.temperature_train/temperature_eval must be > 0")
-        if self.sampling_params.top_k is not None and not 1 <= self.sampling_params.top_k <= 256:
-            raise ConfigError("algorithm.sampling_params.top_k must be in [1, 256] (action bins) or null")
-        if self.sampling_params.logprobs_over == "all_bins" and self.sampling_params.top_k is None:
-            raise ConfigError("algorithm.sampling_params.logprobs_over=all_bins only differs from top_k when top_k is set; "
-                              "set top_k or remove the key")
         scoring = list(self.sampling_params.eval_scoring)
         if not scoring:
             raise ConfigError(f"algorithm.sampling_params.eval_scoring is empty; list at least one of: {', '.join(EVAL_SCORINGS)}")
@@ -172,7 +160,7 @@ RUNTIME_KEYS: dict[str, str] = {
     "n_minibatches": "config plan: derives actor.global_batch_size from the rollout batch",
     "rollout_epoch": "runtime rollout loop: rollout epochs per training step",
     "eval_rollout_epoch": "runtime evaluation: rollout epochs per evaluation",
-    "sampling_params": "rollout/model: action-token sampling (do_sample, temperatures, top_k); runtime evaluation: eval_scoring",
+    "sampling_params": "rollout/model: action sampling (do_sample, temperatures); runtime evaluation: eval_scoring",
     "critic_replay_steps": "actor: value-only pass over the value targets of the last steps",
     "bc_coef": "actor: behaviour-cloning term on demonstration samples in every policy optimizer step",
 }

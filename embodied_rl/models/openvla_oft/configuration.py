@@ -6,7 +6,7 @@ The keys stay flat in `actor.model` (RLinf's layout); the loader builds this cla
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from embodied_rl.config.schema.model import (
     ModelConfig,
@@ -32,8 +32,20 @@ class OpenVLAOFTConfig(ModelConfig):
     lora_target_modules: list[str] = field(default_factory=lambda: list(LORA_TARGETS), metadata={"help": "Module-name suffixes wrapped with LoRA (peft matching)."})
     action_bin_window: int = field(default=0, metadata={"help": "Sampling and its log-probs keep only the action bins within this many bins of each token's most likely bin (0: no window). Top-k keeps the most likely bins wherever they lie, which for a small policy includes far ones (actions that jump); the window keeps sampled actions near the greedy action. One bin is 2/256 of the normalised action range. Greedy decoding is unchanged."})
 
+    top_k: int | None = field(default=None, metadata={"help": "Keep the k most likely of the 256 action bins before sampling (training rollouts and the sampled evaluation scoring; greedy decoding is unchanged); null = all bins."})
+    logprobs_over: Literal["top_k", "all_bins"] = field(default="top_k", metadata={"help": "The policy whose log-probs training rollouts record and PPO/GRPO train (and a KL reference scores), with top_k set: top_k (the sampling policy, top_k bins renormalised: a sampled bin an update moves out of the top k gets log-prob -inf and no gradient, so nothing pulls it back) | all_bins (the temperature-scaled policy over all 256 bins: every sampled bin keeps its gradient; the ratio then leaves out the top-k renormalisation)."})
+
+    @property
+    def logprob_top_k(self) -> int:
+        """The top_k of the log-probs training rollouts record and training scores (0 = all bins)."""
+        return (self.top_k or 0) if self.logprobs_over == "top_k" else 0
+
     def validate(self) -> None:
         super().validate()
+        if self.top_k is not None and not 1 <= self.top_k <= 256:
+            raise model_key_error("top_k", f"must be in [1, 256] (action bins) or null, got {self.top_k}")
+        if self.logprobs_over == "all_bins" and self.top_k is None:
+            raise model_key_error("logprobs_over", "all_bins only differs from top_k when top_k is set; set actor.model.top_k or remove the key")
         if self.attention_mode not in ("bidirectional", "causal"):
             raise model_key_error("attention_mode", f"got {self.attention_mode!r}, expected one of bidirectional, causal")
         if self.max_prompt_length < 1:

@@ -54,8 +54,8 @@ class DemoFeed:
         sums: dict[str, torch.Tensor] = {}
         for i, pos in enumerate(micros):
             inputs, record, mask = self.samples.select(batch[pos], None if noise is None else noise[pos])
-            out = e.policy.evaluate_actions(e.to_device(inputs), record.to(e.device), temperature=1.0, top_k=0,
-                                            compute_values=False)
+            out = e.policy.evaluate_actions(e.to_device(inputs), record.to(e.device), temperature=1.0,
+                                            compute_values=False, scoring="likelihood")
             loss, metrics = sft_loss(out["logprobs"].float(), mask.to(e.device))
             e.backward(coef * loss / len(micros), sync=i == len(micros) - 1)
             for k, v in metrics.items():
