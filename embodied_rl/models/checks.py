@@ -152,12 +152,10 @@ def _starting_checkpoint(cfg: RootConfig):
     """The CheckpointSpec of the checkpoint at actor.model.model_path the run starts from, or None
     (create_preset makes it from actor.model's keys; _model_files reports a missing one)."""
     m = cfg.actor.model
-    if m.create_preset is not None or m.model_type != "openvla_oft" or not (Path(m.model_path) / "config.json").is_file():
+    if m.create_preset is not None:
         return None
-    from embodied_rl.models.openvla_oft.checkpoint_spec import read_checkpoint_spec
-
     try:
-        return read_checkpoint_spec(m.model_path, m.unnorm_key)
+        return m.checkpoint_spec()
     except (UserError, OSError, ValueError, KeyError, TypeError) as err:
         raise ConfigError(f"actor.model.model_path={m.model_path}: unreadable checkpoint files ({err})") from None
 
