@@ -20,7 +20,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--num-images", type=int, choices=(1, 2), default=1, help="cameras the model is made for (2 = third-person + wrist); recorded in config.json and checked at load")
     p.add_argument("--action-dim", type=int, default=7, help="action dimensions in dataset_statistics.json")
     p.add_argument("--proprio-dim", type=int, default=8, help="proprio dimensions in dataset_statistics.json")
-    p.add_argument("--proprio", action="store_true", help="also write a proprio projector (for actor.model.use_proprio: the state as one input token)")
+    p.add_argument("--proprio", action="store_true", help="also write a proprio projector (for actor.model.use_proprio: the state as one projected input)")
     p.add_argument("--unnorm-key", default=IDENTITY_KEY, help="key of the (identity) statistics entry")
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="dtype of the written weights (bf16 halves openvla-7b to ~15 GB)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random initialisation")

@@ -35,7 +35,7 @@ class PolicyOutput:
     actions:        float32 [B, C, A] what the env executes, un-normalised with the checkpoint's
                     dataset statistics.
     action_record:  Tensor [B, ...], whatever this policy needs to score the sampled action again
-                    (e.g. the sampled token ids of a discretising policy, or the pre-squash sample
+                    (e.g. the sampled category indices of a discretising policy, or the pre-squash sample
                     of a Gaussian one). Opaque to the runtime: it stores the record per sample,
                     slices it along B and hands it back to `evaluate_actions`; only the policy
                     reads it.

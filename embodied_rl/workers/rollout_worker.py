@@ -8,7 +8,7 @@ trajectory (see `Trajectory` in workers/protocol.py), which `generate` returns t
 
 Evaluation epochs act with one of the eval sampling specs (a scoring: "greedy" or "sampled");
 a sampled one draws from a generator seeded by (seed, rank, eval epoch) at the start of the
-epoch, so every evaluation of the same weights on the same states draws the same tokens, and
+epoch, so every evaluation of the same weights on the same states draws the same actions, and
 evaluations never consume the training stream (`get_rng_state`). Both are DeviceGenerators
 (models/generators.py): a draw uses the generator on the device of the logits, which is the
 worker's device for the huggingface backend and the CPU for vllm.

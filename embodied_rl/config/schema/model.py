@@ -47,7 +47,7 @@ class ModelConfig:
     create_preset: CreatePresetConfig | None = field(default=None, metadata={"help": "When model_path has no checkpoint yet, create one there from this preset (random init, official layout, with actor.model's action_dim, proprio_dim and num_images_in_input) before the run; a checkpoint already there must have the preset's architecture (name and image_size), else the run is refused. null = use the checkpoint as it is; a missing one is an error."})
     action_dim: int = field(default=7, metadata={"help": "Action dimensions per step (7 for EEF delta pose + gripper)."})
     num_action_chunks: int = field(default=8, metadata={"help": "Actions decoded in parallel per forward pass (the chunk length C)."})
-    use_proprio: bool = field(default=False, metadata={"help": "Append a projected proprioception token after the image patches (state normalised with the 'proprio' q01/q99 statistics)."})
+    use_proprio: bool = field(default=False, metadata={"help": "Give the policy the proprioceptive state EnvObservation.states (normalised with the 'proprio' q01/q99 statistics)."})
     proprio_dim: int = field(default=8, metadata={"help": "Proprioception size D of EnvObservation.states when use_proprio (LIBERO: 8)."})
     value_type: str = field(default="action_level", metadata={"help": "Value head output: chunk_level (1 value per chunk) | action_level (one per action of the chunk); must match algorithm.reward_type for gae."})
     add_value_head: bool = field(default=False, metadata={"help": "Add the policy's critic (value head; value_input says what it reads); needed by the critic-based adv_type gae and bi_level_gae (PPO), false for grpo and reinforce_pp."})

@@ -42,7 +42,7 @@ class DemoFeed:
     def backward(self, coef: float) -> dict[str, torch.Tensor]:
         """Accumulate coef x the behaviour-cloning loss of the next global batch of demo samples
         (this rank's slice; its last backward syncs the gradients); returns its metrics
-        (sft/nll, sft/token_prob) as float64 device tensors."""
+        (sft/nll, sft/expert_prob) as float64 device tensors."""
         e = self.engine
         batch = self.sampler.next(e.cfg.actor.global_batch_size)
         noise = None
