@@ -35,7 +35,9 @@ def process_logits(logits: torch.Tensor, temperature: float, top_k: int, window:
         mid = x.argmax(dim=-1, keepdim=True) if center is None else center.to(x.device).long().unsqueeze(-1)
         x = x.masked_fill((bins - mid).abs() > window, float("-inf"))
     if 0 < top_k < x.shape[-1]:
-        kth = torch.topk(x, top_k, dim=-1).values[..., -1:]
+        # A threshold only (no gradient flows through a comparison): detached, autograd keeps
+        # nothing of topk for backward.
+        kth = torch.topk(x.detach(), top_k, dim=-1).values[..., -1:]
         x = x.masked_fill(x < kth, float("-inf"))
     return x
 
