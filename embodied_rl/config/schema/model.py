@@ -57,7 +57,7 @@ class ModelConfig:
     image_size: int | None = field(default=None, metadata={"help": "Model input side in pixels; null = the checkpoint's image_sizes. A different value is an error (ViT position embeddings are fixed)."})
     num_images_in_input: int = field(default=1, metadata={"help": "Cameras per sample: 1 = third-person, 2 = third-person + wrist."})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "Recompute ViT blocks and decoder layers in backward to save activation memory."})
-    is_lora: bool = field(default=False, metadata={"help": "Train LoRA adapters (both ViTs, projector, LLM, lm_head) instead of all weights; the value head stays fully trainable."})
+    is_lora: bool = field(default=False, metadata={"help": "Train LoRA adapters on the modules the policy names (OpenVLA-OFT: lora_target_modules, both ViTs, projector, LLM, lm_head) instead of all weights; the value head stays fully trainable."})
     lora_rank: int = field(default=32, metadata={"help": "LoRA rank r."})
     lora_alpha: int | None = field(default=None, metadata={"help": "LoRA alpha; null = lora_rank (scale 1)."})
     lora_path: str | None = field(default=None, metadata={"help": "Directory of saved peft adapters (adapter_config.json + adapter_model.safetensors) to load and keep training."})
