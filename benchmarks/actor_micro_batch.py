@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 RECIPE = ["env.train=maniskill_push_cube", "env.eval=maniskill_push_cube", "env.train.total_num_envs=16",
           "algorithm.rollout_epoch=4", "actor.global_batch_size=80", "algorithm.update_epoch=4", "runner.critic_warmup=0",
           "env.train.init_params.reward_mode=normalized_dense", "env.train.ignore_terminations=true",
-          "algorithm.sampling_params.temperature_train=0.5", "algorithm.sampling_params.top_k=3",
+          "algorithm.sampling_params.temperature_train=0.5", "actor.model.top_k=3",
           "actor.model.value_input=privileged_state", "actor.model.privileged_state_dim=36",
           "+env.train.init_params.privileged_state=true", "algorithm.value_clip=null", "algorithm.reward_norm=running",
           "algorithm.reward_scale=true", "env.train.video_cfg.save_video=false", "runner.val_check_interval=-1",

@@ -116,7 +116,7 @@ def main() -> None:
                 if cuda:
                     torch.cuda.synchronize(device)
                 start = time.perf_counter()
-                policy.predict(inputs, do_sample=True, temperature=1.0, top_k=0)
+                policy.predict(inputs, do_sample=True, temperature=1.0)
                 if cuda:
                     torch.cuda.synchronize(device)
                 if it:

@@ -24,14 +24,13 @@ def checkpoint_policy(ckpt_dir: str | Path, *, device: str = "cpu") -> tuple[Roo
     latest. Relative paths of the run's config (model_path) resolve against the current
     directory, as for `embodied-rl eval`. The returned config is the run's own (its attention
     kernel too, even where the policy was built with sdpa instead of flash_attention_2)."""
-    from embodied_rl.models.registry import with_runnable_attention
     from embodied_rl.models.rollout_backends import build_rollout_policy
 
     d = resolve_resume_dir(str(ckpt_dir), ".", key="checkpoint")
     # The demos an SFT run trained on are not needed to act (and may lie elsewhere).
     cfg = config_from_dict(OmegaConf.to_container(OmegaConf.load(d / CONFIG), resolve=True), plan=False, skip=("sft_data",))
     # A run trained with flash_attention_2 replays where flash-attn cannot run (e.g. on the CPU) with sdpa.
-    model_cfg = with_runnable_attention(cfg.actor.model, torch.device(device))
+    model_cfg = cfg.actor.model.runnable_on(torch.device(device))
     policy = build_rollout_policy("huggingface", model_cfg, device=torch.device(device), init_seed=cfg.runner.seed)
     weights, _, stats = load_trainable_weights(str(d), d)
     policy.load_trainable_state_dict(weights)

@@ -40,7 +40,7 @@ def main() -> None:
     ap.add_argument("config", help="experiment config (its actor.model and env.train are used)")
     ap.add_argument("overrides", nargs="*", help="key=value overrides")
     ap.add_argument("--settings", nargs="+", default=["3:0.5", "10:1.0", "0:1.0", "0:1.0:4"],
-                    help="top_k:temperature[:window] (top_k 0: all bins; window: actor.model.action_bin_window, 0 = none)")
+                    help="top_k:temperature[:window], as actor.model.top_k (0: all bins), algorithm.sampling_params.temperature_train and actor.model.action_bin_window (0 = none)")
     ap.add_argument("--episodes", type=int, default=16)
     ap.add_argument("--envs", type=int, default=4)
     ap.add_argument("--draws", type=int, default=16, help="draws per token and setting")

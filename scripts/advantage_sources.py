@@ -71,7 +71,7 @@ def main() -> None:
             for _ in range(chunks):
                 with torch.no_grad():
                     out = policy.predict(policy.prepare_inputs(obs), do_sample=True, temperature=sp.temperature_train,
-                                         top_k=sp.top_k or 0, generator=gen)
+                                         generator=gen)
                 res = env.chunk_step(out.actions.float().numpy())
                 steps["values"].append(out.values.float())
                 steps["rewards"].append(torch.from_numpy(res.rewards))

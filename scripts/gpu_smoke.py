@@ -169,15 +169,17 @@ class Smoke:
         (what a vLLM engine returns), and its saved state replays both streams."""
         from embodied_rl.models.generators import DeviceGenerators
 
-        on_device = build_policy(self.model_cfg("bf16"), device=self.device, dtype=torch.bfloat16, warn_untrained_value_head=False).eval()
-        on_cpu = build_policy(self.model_cfg("fp32"), device="cpu", dtype=torch.float32, warn_untrained_value_head=False).eval()
+        bf16, fp32 = self.model_cfg("bf16"), self.model_cfg("fp32")
+        bf16.top_k = fp32.top_k = 3
+        on_device = build_policy(bf16, device=self.device, dtype=torch.bfloat16, warn_untrained_value_head=False).eval()
+        on_cpu = build_policy(fp32, device="cpu", dtype=torch.float32, warn_untrained_value_head=False).eval()
         obs = self.observations(8)
         inputs = {k: v.to(self.device) for k, v in on_device.prepare_inputs(obs).items()}
         cpu_inputs = on_cpu.prepare_inputs(obs)
 
         def draw(gens: DeviceGenerators) -> tuple[torch.Tensor, torch.Tensor]:
             with torch.no_grad():
-                kw = {"do_sample": True, "temperature": 1.0, "top_k": 3, "compute_values": False, "generator": gens}
+                kw = {"do_sample": True, "temperature": 1.0, "compute_values": False, "generator": gens}
                 return on_device.predict(inputs, **kw).action_record.cpu(), on_cpu.predict(cpu_inputs, **kw).action_record
 
         gens = DeviceGenerators(seed=1)

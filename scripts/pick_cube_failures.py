@@ -76,7 +76,7 @@ def main() -> None:
             for _ in range(chunks):
                 with torch.no_grad():
                     out = policy.predict(policy.prepare_inputs(obs), do_sample=args.sample, temperature=sp.temperature_eval,
-                                         top_k=sp.top_k or 0, compute_values=False, generator=gen)
+                                         compute_values=False, generator=gen)
                 res = env.chunk_step(out.actions.float().numpy())
                 r.append(torch.from_numpy(res.rewards))
                 s.append(torch.from_numpy(res.successes))

@@ -34,7 +34,7 @@ def make_rollout_batch(cfg, seed: int = 0) -> RolloutBatch:
         obs.privileged_states = rng.standard_normal((T * N, cfg.actor.model.privileged_state_dim)).astype(np.float32)
     with torch.no_grad():
         inputs = policy.prepare_inputs(obs)
-        out = policy.predict(inputs, do_sample=True, temperature=1.0, top_k=0, compute_values=True, generator=gen)
+        out = policy.predict(inputs, do_sample=True, temperature=1.0, compute_values=True, generator=gen)
     tm = lambda x: x.reshape(T, N, *x.shape[1:])
     c = cfg.actor.model.num_action_chunks
     dones = torch.zeros(T, N, c, dtype=torch.bool)

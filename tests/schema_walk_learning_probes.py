@@ -113,10 +113,10 @@ def probe_model(cfg: RootConfig, path: str) -> Any:
             inputs = rollout.prepare_inputs(_fixed_obs(rollout))
             for mode, spec in sampling_specs(cfg).items():
                 gen = torch.Generator().manual_seed(1)
-                o = rollout.predict(inputs, do_sample=spec.do_sample, temperature=spec.temperature, top_k=spec.top_k,
-                                    logprob_top_k=spec.logprob_top_k, compute_values=cfg.algorithm.uses_critic, generator=gen)
+                o = rollout.predict(inputs, do_sample=spec.do_sample, temperature=spec.temperature,
+                                    compute_values=cfg.algorithm.uses_critic, generator=gen)
                 ev = actor.evaluate_actions(o.forward_inputs, o.action_record, temperature=sp.temperature_train,
-                                            top_k=sp.logprob_top_k, compute_values=cfg.algorithm.uses_critic)
+                                            compute_values=cfg.algorithm.uses_critic)
                 out[mode] = (o.actions, o.action_record, o.logprobs, o.values, o.forward_inputs, ev)
         out["training"] = _training_signal(actor, o, cfg)
         return out
@@ -143,7 +143,7 @@ def _training_signal(policy, predicted, cfg: RootConfig) -> Any:
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             ev = policy.evaluate_actions(predicted.forward_inputs, predicted.action_record, temperature=sp.temperature_train,
-                                         top_k=sp.logprob_top_k, compute_values=cfg.algorithm.uses_critic)
+                                         compute_values=cfg.algorithm.uses_critic)
         loss = ev["logprobs"].float().sum()
         if ev.get("values") is not None:
             loss = loss + ev["values"].float().sum()

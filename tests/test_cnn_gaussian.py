@@ -74,8 +74,8 @@ def test_recorded_logprobs_are_what_evaluate_recomputes(tmp_path, squash):
     if squash == "tanh":
         want = want - torch.log(1 - torch.tanh(out.action_record) ** 2)
     torch.testing.assert_close(out.logprobs, want, rtol=1e-4, atol=1e-4)
-    with pytest.raises(ConfigError, match="top_k=3 keeps action bins.*cnn_gaussian"):
-        policy.predict(inputs, do_sample=True, top_k=3)
+    likelihood = policy.evaluate_actions(inputs, out.action_record, temperature=0.7, scoring="likelihood")
+    torch.testing.assert_close(likelihood["logprobs"], out.logprobs)  # one Gaussian for rollouts and demos
 
 
 def test_sft_overfits_one_demo(ckpt):
@@ -150,7 +150,6 @@ def test_a_checkpoint_of_the_other_type_is_one_line(ckpt, tiny_model):
 
 def test_keys_that_describe_another_model_are_refused(ckpt):
     for key, value, message in (("is_lora", True, "actor.model.is_lora: is an OpenVLA-OFT key; model_type cnn_gaussian has no use"),
-                                ("attn_implementation", "eager", "actor.model.attn_implementation: is an OpenVLA-OFT key"),
                                 ("squash", "sigmoid", "actor.model.squash: got 'sigmoid'"),
                                 ("cnn_channels", [8, 16], "actor.model.cnn_channels: needs 3")):
         with pytest.raises(ConfigError, match=message):
@@ -186,8 +185,9 @@ def test_make_model_cli_and_the_privileged_critic(tmp_path):
 def test_config_checks_refuse_what_a_gaussian_cannot_do():
     from embodied_rl.configure import load_config
 
-    with pytest.raises(ConfigError, match="algorithm.sampling_params.top_k=3 keeps action bins, but model_type cnn_gaussian"):
-        load_config("maniskill_cnn_gaussian_ppo", ["algorithm.sampling_params.top_k=3"], plan=False)
+    for key in ("top_k=3", "attn_implementation=eager"):  # OpenVLA-OFT's own keys
+        with pytest.raises(ConfigError, match=f"unknown key 'actor.model.{key.split('=')[0]}'"):
+            load_config("maniskill_cnn_gaussian_ppo", [f"actor.model.{key}"], plan=False)
     with pytest.raises(ConfigError, match="rollout.backend=vllm does not serve actor.model.model_type='cnn_gaussian'"):
         load_config("maniskill_cnn_gaussian_ppo", ["rollout.backend=vllm"], plan=False)
     with pytest.raises(ConfigError, match="create_preset.name='small' is not a preset of model_type cnn_gaussian; available: nature_cnn, tiny"):

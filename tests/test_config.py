@@ -156,6 +156,10 @@ def test_interpolation_resolves_across_sections(project: Path) -> None:
         (["algorithm.sampling_params.eval_scoring=[sampled, sampled]"], "eval_scoring=[sampled, sampled] repeats a scoring"),
         (["algorithm.sampling_params.eval_scoring=[argmax]"], "algorithm.sampling_params.eval_scoring[0]: expected one of 'greedy', 'sampled', got 'argmax'"),
         (["algorithm.sampling_params.do_sample_eval=true"], "unknown key 'algorithm.sampling_params.do_sample_eval': every evaluation now scores greedy and sampled"),
+        (["algorithm.sampling_params.top_k=3"], "unknown key 'algorithm.sampling_params.top_k': it moved to actor.model.top_k"),
+        (["algorithm.sampling_params.logprobs_over=all_bins"], "unknown key 'algorithm.sampling_params.logprobs_over': it moved to actor.model.logprobs_over"),
+        (["actor.model.top_k=0"], "actor.model.top_k: must be in [1, 256] (action bins) or null, got 0"),
+        (["actor.model.logprobs_over=every_bin"], "actor.model.logprobs_over: expected one of 'top_k', 'all_bins', got 'every_bin'"),
     ],
 )
 def test_errors_are_one_line_and_name_the_key(project: Path, overrides: list[str], expected: str) -> None:

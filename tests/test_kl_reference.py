@@ -56,7 +56,7 @@ def _train(policy) -> None:
 def _sample(policy) -> tuple[dict, torch.Tensor]:
     inputs = policy.prepare_inputs(_obs())
     with torch.no_grad():
-        out = policy.predict(inputs, do_sample=True, temperature=1.0, top_k=0, generator=torch.Generator().manual_seed(0))
+        out = policy.predict(inputs, do_sample=True, temperature=1.0, generator=torch.Generator().manual_seed(0))
     return inputs, out.action_record
 
 

@@ -74,8 +74,8 @@ def test_push_cube_runs_the_main_job_config_for_90_steps() -> None:
 
 
 def test_ablations_and_minimal_runs_are_explicit() -> None:
-    _, overrides = phase(["--task", "pick_cube", "--rl-set", "algorithm.sampling_params.top_k=5"], "ppo")
-    assert overrides[-1] == "algorithm.sampling_params.top_k=5"  # last: it wins over the config
+    _, overrides = phase(["--task", "pick_cube", "--rl-set", "actor.model.top_k=5"], "ppo")
+    assert overrides[-1] == "actor.model.top_k=5"  # last: it wins over the config
     _, minimal = phase(["--minimal"], "ppo")
     assert {o.split("=", 1)[0] for o in minimal} <= set(learning.SIZE_KEYS) | set(learning.MINIMAL_KEYS)
     assert "runner.max_steps=1" in minimal and "algorithm.rollout_epoch=1" in minimal

@@ -115,13 +115,19 @@ def _obs() -> EnvObservation:
     return observations(3, seed=2, instructions=["lift the peg", "stack the cube", "open the drawer"])
 
 
-@pytest.mark.parametrize("temperature,top_k", [(1.0, 0), (1.6, 0), (0.6, 20)])
-def test_rollout_logprobs_equal_rescored(policy, temperature, top_k):
+def _sampling(policy, monkeypatch, **keys) -> None:
+    """Give the policy these sampling keys of its model config (actor.model.top_k, logprobs_over)."""
+    monkeypatch.setattr(policy, "model_cfg", dataclasses.replace(policy.model_cfg, **keys))
+
+
+@pytest.mark.parametrize("temperature,top_k", [(1.0, None), (1.6, None), (0.6, 20)])
+def test_rollout_logprobs_equal_rescored(policy, monkeypatch, temperature, top_k):
+    _sampling(policy, monkeypatch, top_k=top_k)
     inputs = policy.prepare_inputs(_obs())
     gen = torch.Generator().manual_seed(3)
     with torch.no_grad():
-        out = policy.predict(inputs, do_sample=True, temperature=temperature, top_k=top_k, generator=gen)
-    ev = policy.evaluate_actions(out.forward_inputs, out.action_record, temperature=temperature, top_k=top_k)
+        out = policy.predict(inputs, do_sample=True, temperature=temperature, generator=gen)
+    ev = policy.evaluate_actions(out.forward_inputs, out.action_record, temperature=temperature)
     torch.testing.assert_close(ev["logprobs"], out.logprobs, atol=1e-6, rtol=1e-6)
     torch.testing.assert_close(ev["entropy"], out.entropy, atol=1e-6, rtol=1e-6)
     torch.testing.assert_close(ev["values"], out.values, atol=1e-6, rtol=1e-6)
@@ -132,18 +138,18 @@ def test_rollout_logprobs_equal_rescored(policy, temperature, top_k):
     torch.testing.assert_close(out.actions, centres, atol=1e-6, rtol=0)
 
 
-def test_top_k_samples_scored_over_all_bins(policy):
+def test_top_k_samples_scored_over_all_bins(policy, monkeypatch):
     """logprobs_over=all_bins: tokens come from the top k, their log-probs (rollout and rescored
     alike) from the temperature-scaled policy over all bins, finite where top-k's are -inf."""
+    _sampling(policy, monkeypatch, top_k=3, logprobs_over="all_bins")
     inputs = policy.prepare_inputs(_obs())
     with torch.no_grad():
-        out = policy.predict(inputs, do_sample=True, temperature=0.5, top_k=3, logprob_top_k=0,
-                             generator=torch.Generator().manual_seed(3))
+        out = policy.predict(inputs, do_sample=True, temperature=0.5, generator=torch.Generator().manual_seed(3))
         logits, _ = policy.vla(inputs["input_ids"], inputs["attention_mask"], policy.pixel_values(inputs), 56, None, True)
     assert (logits.topk(3, dim=-1).indices == out.action_record.unsqueeze(-1)).any(-1).all()
     full = torch.log_softmax(logits.float() / 0.5, -1).gather(-1, out.action_record.unsqueeze(-1)).squeeze(-1)
     torch.testing.assert_close(out.logprobs, full, atol=1e-5, rtol=1e-5)
-    ev = policy.evaluate_actions(out.forward_inputs, out.action_record, temperature=0.5, top_k=0)
+    ev = policy.evaluate_actions(out.forward_inputs, out.action_record, temperature=0.5)
     torch.testing.assert_close(ev["logprobs"], out.logprobs, atol=1e-6, rtol=1e-6)
     # A sampled bin outside the top 1 has no probability under top-k = 1, but keeps one over all bins.
     top1 = S.token_logprobs(S.process_logits(logits, 0.5, 1), out.action_record)
@@ -154,8 +160,8 @@ def test_top_k_samples_scored_over_all_bins(policy):
 def test_greedy_is_deterministic_and_the_mode(policy):
     inputs = policy.prepare_inputs(_obs())
     with torch.no_grad():
-        a = policy.predict(inputs, do_sample=False, temperature=1.0, top_k=0)
-        b = policy.predict(inputs, do_sample=False, temperature=1.0, top_k=0)
+        a = policy.predict(inputs, do_sample=False, temperature=1.0)
+        b = policy.predict(inputs, do_sample=False, temperature=1.0)
         logits, _ = policy.vla(inputs["input_ids"], inputs["attention_mask"], policy.pixel_values(inputs), 56, None, True)
     assert torch.equal(a.action_record, b.action_record) and torch.equal(a.actions, b.actions)
     assert torch.equal(a.action_record, logits.argmax(-1))
@@ -163,20 +169,36 @@ def test_greedy_is_deterministic_and_the_mode(policy):
     torch.testing.assert_close(a.logprobs, torch.log_softmax(logits, -1).max(-1).values, atol=1e-6, rtol=0)
 
 
-def test_logprobs_over_sets_the_training_rollouts_scoring_only():
+def test_top_k_truncates_sampling_but_not_greedy_or_the_likelihood(policy, monkeypatch):
+    """actor.model.top_k: samples stay in the top k and are scored there; greedy decoding is
+    the argmax with or without it; scoring="likelihood" (SFT, BC) is over all bins at temperature 1."""
+    inputs = policy.prepare_inputs(_obs())
+    with torch.no_grad():
+        plain = policy.predict(inputs, do_sample=False)
+        logits, _ = policy.vla(inputs["input_ids"], inputs["attention_mask"], policy.pixel_values(inputs), 56, None, True)
+        _sampling(policy, monkeypatch, top_k=2)
+        greedy = policy.predict(inputs, do_sample=False)
+        out = policy.predict(inputs, do_sample=True, temperature=2.0, generator=torch.Generator().manual_seed(4))
+        rollout = policy.evaluate_actions(out.forward_inputs, out.action_record, temperature=2.0)
+        likelihood = policy.evaluate_actions(out.forward_inputs, out.action_record, scoring="likelihood")
+    assert torch.equal(greedy.action_record, plain.action_record)
+    assert (logits.topk(2, dim=-1).indices == out.action_record.unsqueeze(-1)).any(-1).all()
+    torch.testing.assert_close(rollout["logprobs"], out.logprobs, atol=1e-6, rtol=1e-6)
+    full = torch.log_softmax(logits.float(), -1).gather(-1, out.action_record.unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(likelihood["logprobs"], full, atol=1e-5, rtol=1e-5)
+
+
+def test_sampling_keys_live_in_the_model_config():
     from embodied_rl.configure import load_config
     from embodied_rl.runtime.groups import sampling_specs
-
-    for over, train_k in (("top_k", 3), ("all_bins", 0)):
-        cfg = load_config("maniskill_ppo_tiny", ["algorithm.sampling_params.top_k=3", f"algorithm.sampling_params.logprobs_over={over}"],
-                          plan=False)
-        specs = sampling_specs(cfg)
-        assert (specs["train"].top_k, specs["train"].scored_top_k, cfg.algorithm.sampling_params.logprob_top_k) == (3, train_k, train_k)
-        assert (specs["sampled"].top_k, specs["sampled"].scored_top_k) == (3, 3)
-    # A spec given only its top_k scores its tokens under the policy that drew them.
     from embodied_rl.workers.protocol import SamplingSpec
 
-    assert SamplingSpec(top_k=3).scored_top_k == 3 and SamplingSpec(top_k=3, logprob_top_k=0).scored_top_k == 0
+    for over, train_k in (("top_k", 3), ("all_bins", 0)):
+        cfg = load_config("maniskill_ppo_tiny", ["actor.model.top_k=3", f"actor.model.logprobs_over={over}"], plan=False)
+        assert (cfg.actor.model.top_k, cfg.actor.model.logprob_top_k) == (3, train_k)
+    # The rollout's specs carry what every policy shares; the policy reads its own keys.
+    assert {f.name for f in dataclasses.fields(SamplingSpec)} == {"do_sample", "temperature"}
+    assert not sampling_specs(cfg)["greedy"].do_sample
 
 
 def test_a_windowed_rollout_is_rescored_in_its_own_window_after_an_update(policy, monkeypatch):
@@ -185,16 +207,16 @@ def test_a_windowed_rollout_is_rescored_in_its_own_window_after_an_update(policy
     monkeypatch.setattr(policy, "model_cfg", dataclasses.replace(policy.model_cfg, action_bin_window=1))
     inputs = policy.prepare_inputs(_obs())
     with torch.no_grad():
-        out = policy.predict(inputs, do_sample=True, temperature=1.0, top_k=0, generator=torch.Generator().manual_seed(1))
+        out = policy.predict(inputs, do_sample=True, temperature=1.0, generator=torch.Generator().manual_seed(1))
     assert out.forward_inputs[S.WINDOW_CENTER].shape == out.action_record.shape
-    ev = policy.evaluate_actions(out.forward_inputs, out.action_record, temperature=1.0, top_k=0)
+    ev = policy.evaluate_actions(out.forward_inputs, out.action_record, temperature=1.0)
     torch.testing.assert_close(ev["logprobs"], out.logprobs, atol=1e-6, rtol=1e-6)
     state = {k: v.clone() for k, v in policy.state_dict().items()}
     try:
         with torch.no_grad():
             for p in policy.parameters():
                 p.add_(torch.randn_like(p) * 0.05)
-            moved = policy.evaluate_actions(out.forward_inputs, out.action_record, temperature=1.0, top_k=0)["logprobs"]
+            moved = policy.evaluate_actions(out.forward_inputs, out.action_record, temperature=1.0)["logprobs"]
         assert torch.isfinite(moved).all() and not torch.equal(moved, out.logprobs)
     finally:
         policy.load_state_dict(state)

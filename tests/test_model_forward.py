@@ -30,8 +30,8 @@ def cfg(path: str, **kw) -> OpenVLAOFTConfig:
 def loss_of(policy, obs: EnvObservation) -> torch.Tensor:
     inputs = policy.prepare_inputs(obs)
     with torch.no_grad():
-        out = policy.predict(inputs, do_sample=True, temperature=1.0, top_k=0)
-    ev = policy.evaluate_actions(inputs, out.action_record, temperature=1.0, top_k=0)
+        out = policy.predict(inputs, do_sample=True, temperature=1.0)
+    ev = policy.evaluate_actions(inputs, out.action_record, temperature=1.0)
     return ev["logprobs"].sum() + ev["values"].sum() + ev["entropy"].mean()
 
 
@@ -39,7 +39,7 @@ def test_full_finetune_forward_backward_shapes_and_grads(ckpt):
     policy = build_policy(cfg(ckpt, use_proprio=True))
     obs = make_obs()
     with torch.no_grad():
-        out = policy.predict(policy.prepare_inputs(obs), do_sample=True, temperature=1.0, top_k=0)
+        out = policy.predict(policy.prepare_inputs(obs), do_sample=True, temperature=1.0)
     assert out.actions.shape == (2, 2, 7) and out.actions.dtype == torch.float32
     assert out.action_record.shape == (2, 14) and out.action_record.dtype == torch.int64
     assert out.logprobs.shape == out.entropy.shape == (2, 14)
@@ -98,7 +98,7 @@ def test_gradient_checkpointing_gives_same_gradients(ckpt):
         inputs = policy.prepare_inputs(obs)
         tokens = torch.arange(14).repeat(2, 1)
         policy.train()
-        ev = policy.evaluate_actions(inputs, tokens, temperature=1.0, top_k=0)
+        ev = policy.evaluate_actions(inputs, tokens, temperature=1.0)
         ev["logprobs"].sum().backward()
         grads.append(policy.vla.language_model.model.layers[0].mlp.up_proj.weight.grad.clone())
     assert any(getattr(m, "gradient_checkpointing", False) for m in policy.vla.language_model.modules())
@@ -123,7 +123,7 @@ def test_fsdp2_wrapped_policy_evaluates_and_backprops(ckpt):
         for unit in policy.fsdp_units():
             fully_shard(unit)
         fully_shard(policy)
-        ev = policy.evaluate_actions(inputs, ref.action_record, temperature=1.0, top_k=0)
+        ev = policy.evaluate_actions(inputs, ref.action_record, temperature=1.0)
         torch.testing.assert_close(ev["logprobs"], ref.logprobs, atol=1e-5, rtol=1e-5)
         (ev["logprobs"].sum() + ev["values"].sum()).backward()
         assert policy.value_head.mlp[0].weight.grad is not None

@@ -37,7 +37,7 @@ def _trained_lora_policy(path):
 
 def _greedy(policy):
     with torch.no_grad():
-        return policy.predict(policy.prepare_inputs(_obs()), do_sample=False, temperature=1.0, top_k=0)
+        return policy.predict(policy.prepare_inputs(_obs()), do_sample=False, temperature=1.0)
 
 
 def test_adapters_round_trip_through_peft(tiny, tmp_path):

@@ -134,5 +134,5 @@ def test_center_crop_and_precision_keys_take_effect(tiny):
     bf16 = build_policy(OpenVLAOFTConfig(model_path=str(tiny), num_images_in_input=2, precision="bf16", add_value_head=True))
     assert all(p.dtype == torch.bfloat16 for p in bf16.parameters())
     with torch.no_grad():
-        out = bf16.predict(bf16.prepare_inputs(obs), do_sample=True, temperature=1.0, top_k=0)
+        out = bf16.predict(bf16.prepare_inputs(obs), do_sample=True, temperature=1.0)
     assert out.logprobs.dtype == out.values.dtype == out.actions.dtype == torch.float32

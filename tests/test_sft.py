@@ -45,7 +45,7 @@ def test_sft_loss_is_the_masked_token_nll() -> None:
     loss, metrics = sft_loss(logprobs, mask)
     expected = -(math.log(0.5) + math.log(0.25) + math.log(1.0)) / 3
     assert loss.item() == pytest.approx(expected)
-    assert metrics["sft/token_prob"] == pytest.approx((0.5 + 0.25 + 1.0) / 3)
+    assert metrics["sft/expert_prob"] == pytest.approx((0.5 + 0.25 + 1.0) / 3)
 
 
 def test_epoch_sampler_visits_every_sample_once_per_epoch_and_resumes() -> None:
@@ -104,7 +104,7 @@ def test_sft_loss_falls_and_the_run_evaluates_like_rl(overfit_run, work) -> None
     assert sorted(metrics) == list(range(1, 301))
     first, last = metrics[1]["train/sft/nll"], metrics[300]["train/sft/nll"]
     assert last < 0.1 * first, (first, last)
-    assert metrics[300]["train/sft/token_prob"] > 0.8
+    assert metrics[300]["train/sft/expert_prob"] > 0.8
     # Periodic evaluation with videos, after the weights reached the rollout workers.
     for step in (150, 300):
         assert 0.0 <= metrics[step]["eval/success_once"] <= 1.0
@@ -240,7 +240,7 @@ def test_bc_term_clones_the_demos_in_every_policy_step_of_rl(work, tmp_path, mon
     assert "train/actor/bc_nll" not in with_bc[0] and torch.equal(w_bc[0], w_bc[1])  # critic warm-up: the policy waits
     nll = [m["train/actor/bc_nll"] for m in with_bc[1:]]
     assert all(math.isfinite(x) for x in nll) and nll[-1] < nll[0], nll
-    assert 0 < with_bc[-1]["train/actor/bc_token_prob"] <= 1
+    assert 0 < with_bc[-1]["train/actor/bc_expert_prob"] <= 1
     without, w_plain = steps([], 2)
     assert not any(k.startswith("train/actor/bc_") for k in without[-1])
     assert not torch.equal(w_bc[2], w_plain[2])  # the same rollout batch, the demos' gradient on top

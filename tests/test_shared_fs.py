@@ -7,10 +7,10 @@ from pathlib import Path
 from embodied_rl.distributed.shared_fs import MARKER, look, problems
 
 
-def _setup(tmp_path: Path, token: str) -> tuple[dict[str, str], dict[str, str]]:
+def _setup(tmp_path: Path, nonce: str) -> tuple[dict[str, str], dict[str, str]]:
     out = tmp_path / "run"
     out.mkdir()
-    (out / MARKER.format(token=token)).write_text(token)
+    (out / MARKER.format(nonce=nonce)).write_text(nonce)
     model = tmp_path / "model"
     model.mkdir()
     return {"runner.logger.log_path": str(out)}, {"actor.model.model_path": str(model)}
@@ -19,14 +19,14 @@ def _setup(tmp_path: Path, token: str) -> tuple[dict[str, str], dict[str, str]]:
 def test_a_node_that_sees_the_drivers_files_has_no_problems(tmp_path: Path):
     write, read = _setup(tmp_path, "abc")
     view = look("node-1", "abc", write, read)
-    assert view.token_seen == {"runner.logger.log_path": True} and view.writable == {"runner.logger.log_path": True}
+    assert view.nonce_seen == {"runner.logger.log_path": True} and view.writable == {"runner.logger.log_path": True}
     assert problems([view], write, read) == []
-    assert sorted(p.name for p in Path(write["runner.logger.log_path"]).iterdir()) == [MARKER.format(token="abc")]
+    assert sorted(p.name for p in Path(write["runner.logger.log_path"]).iterdir()) == [MARKER.format(nonce="abc")]
 
 
 def test_another_directory_under_the_same_path_is_named(tmp_path: Path):
     write, read = _setup(tmp_path, "abc")
-    view = look("node-2-id-long", "another-token", write, read)  # the marker the driver wrote is not there
+    view = look("node-2-id-long", "another-nonce", write, read)  # the marker the driver wrote is not there
     assert problems([view], write, read) == [
         f"runner.logger.log_path={write['runner.logger.log_path']} is not the same directory on node node-2-i as on the driver"]
 

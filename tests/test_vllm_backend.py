@@ -5,6 +5,7 @@ module: starting one costs a few seconds.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -143,11 +144,13 @@ def test_greedy_actions_logprobs_values_entropy_match_hf(hf, engine):
     assert out.values.shape == (3, 8)
 
 
-def test_sampled_tokens_rescore_equal_under_hf(hf, engine):
+def test_sampled_tokens_rescore_equal_under_hf(hf, engine, monkeypatch):
+    for policy in (hf, engine):  # actor.model.top_k=40 on both sides
+        monkeypatch.setattr(policy, "model_cfg", dataclasses.replace(policy.model_cfg, top_k=40))
     inputs = hf.prepare_inputs(_obs(2))
-    out = engine.predict(inputs, do_sample=True, temperature=1.3, top_k=40, generator=torch.Generator().manual_seed(0))
+    out = engine.predict(inputs, do_sample=True, temperature=1.3, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        scored = hf.evaluate_actions(out.forward_inputs, out.action_record, temperature=1.3, top_k=40)
+        scored = hf.evaluate_actions(out.forward_inputs, out.action_record, temperature=1.3)
     assert (scored["logprobs"] - out.logprobs).abs().max() < TOL
     assert (scored["entropy"] - out.entropy).abs().max() < TOL
     assert (scored["values"] - out.values).abs().max() < TOL

@@ -16,8 +16,8 @@ from embodied_rl.algorithms import estimators as est
 from embodied_rl.algorithms.kl import kl_penalty
 from embodied_rl.algorithms.masks import (
     build_loss_mask,
-    expand_steps_to_tokens,
-    group_tokens,
+    expand_steps_to_entries,
+    group_entries,
     masked_whiten,
 )
 from embodied_rl.algorithms.registry import ADVANTAGE_ESTIMATORS
@@ -38,12 +38,12 @@ class RewardSteps:
     dones: Tensor  # bool [T, N, K]
     mask: Tensor  # bool [T, N, K]
     values: Tensor | None  # [T + 1, N, Kv]: RolloutBatch.values_with_bootstrap()
-    num_tokens: int  # L
+    num_entries: int  # L
 
 
 @dataclass
 class EstimatorOutput:
-    advantages: Tensor  # [T, N, K'] with L % K' == 0 (K' = K, or L for token-level estimators)
+    advantages: Tensor  # [T, N, K'] with L % K' == 0 (K' = K, or L for estimators per log-prob entry)
     returns: Tensor | None = None  # [T, N, Kv] value targets (critic-based estimators only)
     keep_envs: Tensor | None = None  # bool [N]: envs that stay in the loss (GRPO dynamic sampling)
 
@@ -107,15 +107,15 @@ def _grpo(cfg: AlgorithmConfig, steps: RewardSteps) -> EstimatorOutput:
 
 @ADVANTAGE_ESTIMATORS.register("bi_level_gae")
 def _bi_level_gae(cfg: AlgorithmConfig, steps: RewardSteps) -> EstimatorOutput:
-    num_tokens = steps.num_tokens
-    allowed = tuple(k for k in range(1, num_tokens + 1) if num_tokens % k == 0)
+    num_entries = steps.num_entries
+    allowed = tuple(k for k in range(1, num_entries + 1) if num_entries % k == 0)
     values = _require_values(steps, "bi_level_gae", allowed)
-    token_values = expand_steps_to_tokens(values, num_tokens)
+    entry_values = expand_steps_to_entries(values, num_entries)
     adv, ret = est.bi_level_gae(
-        steps.rewards[..., 0], token_values, steps.dones[..., 0], cfg.gamma, cfg.gae_lambda, cfg.high_level_gamma
+        steps.rewards[..., 0], entry_values, steps.dones[..., 0], cfg.gamma, cfg.gae_lambda, cfg.high_level_gamma
     )
-    # value target of each value slot = return at its last token (= chunk return G_t when K = 1)
-    return EstimatorOutput(adv, group_tokens(ret, num_tokens // values.shape[-1])[..., -1])
+    # value target of each value slot = return at its last entry (= chunk return G_t when K = 1)
+    return EstimatorOutput(adv, group_entries(ret, num_entries // values.shape[-1])[..., -1])
 
 
 def _num_entries(batch: RolloutBatch, num_actions: int, action_dim: int | None) -> int:
@@ -131,18 +131,18 @@ def _step_mask(dones: Tensor, step_mask: Tensor | None, auto_reset: bool | None)
     return build_loss_mask(dones, auto_reset)
 
 
-def _kl_per_step(cfg: AlgorithmConfig, batch: RolloutBatch, num_tokens: int, num_actions: int) -> Tensor:
+def _kl_per_step(cfg: AlgorithmConfig, batch: RolloutBatch, num_entries: int, num_actions: int) -> Tensor:
     if batch.ref_logprobs is None:
         raise ValueError(f"algorithm.kl_beta > 0 with kl_penalty={cfg.kl_penalty} needs the rollout's ref_logprobs")
     kl = kl_penalty(batch.logprobs, batch.ref_logprobs, cfg.kl_penalty)  # [T, N, L]
-    return group_tokens(kl, num_tokens // num_actions).sum(-1)  # [T, N, C]: KL of each action
+    return group_entries(kl, num_entries // num_actions).sum(-1)  # [T, N, C]: KL of each action
 
 
 def prepare_reward_steps(
     cfg: AlgorithmConfig,
     batch: RolloutBatch,
     step_mask: Tensor,
-    num_tokens: int,
+    num_entries: int,
     reward_stats: RunningRewardStats | None = None,
 ) -> RewardSteps:
     """Normalise, clip, KL-shape and bootstrap rewards at the configured granularity."""
@@ -160,7 +160,7 @@ def prepare_reward_steps(
     )
     rewards = clip_rewards(rewards, cfg.reward_clip)
     if cfg.kl_beta > 0:
-        kl = _kl_per_step(cfg, batch, num_tokens, num_actions) * step_mask
+        kl = _kl_per_step(cfg, batch, num_entries, num_actions) * step_mask
         rewards = rewards - cfg.kl_beta * (kl.sum(-1, keepdim=True) if chunk else kl)
     # bootstrap_type none: a truncation ends the task like a termination (dones already say so).
     has_trunc = cfg.bootstrap_type == "standard" and bool(batch.truncations.any())
@@ -173,7 +173,7 @@ def prepare_reward_steps(
         extra = trunc * boot  # [T, N, C]
         discount = cfg.high_level_gamma if cfg.adv_type == "bi_level_gae" else cfg.gamma
         rewards = rewards + discount * (extra.sum(-1, keepdim=True) if chunk else extra)
-    return RewardSteps(rewards, dones, mask, batch.values_with_bootstrap(), num_tokens)
+    return RewardSteps(rewards, dones, mask, batch.values_with_bootstrap(), num_entries)
 
 
 def compute_advantages(
@@ -194,20 +194,20 @@ def compute_advantages(
     """
     with torch.no_grad():
         num_actions = batch.rewards.shape[-1]
-        num_tokens = _num_entries(batch, num_actions, action_dim)
+        num_entries = _num_entries(batch, num_actions, action_dim)
         step_mask = _step_mask(batch.dones.bool(), step_mask, auto_reset)
-        steps = prepare_reward_steps(cfg, batch, step_mask, num_tokens, reward_stats)
+        steps = prepare_reward_steps(cfg, batch, step_mask, num_entries, reward_stats)
         out = ADVANTAGE_ESTIMATORS.get(cfg.adv_type)(cfg, steps)
-        token_mask = expand_steps_to_tokens(step_mask, num_tokens)
+        entry_mask = expand_steps_to_entries(step_mask, num_entries)
         if out.keep_envs is not None:
-            token_mask = token_mask & out.keep_envs.view(1, -1, 1)
-        adv = expand_steps_to_tokens(out.advantages, num_tokens)
+            entry_mask = entry_mask & out.keep_envs.view(1, -1, 1)
+        adv = expand_steps_to_entries(out.advantages, num_entries)
         if cfg.normalize_advantages:
-            adv = masked_whiten(adv, token_mask)
+            adv = masked_whiten(adv, entry_mask)
         if cfg.advantage_clip is not None:
             adv = adv.clamp(-cfg.advantage_clip, cfg.advantage_clip)
         value_mask = None
         if out.returns is not None:
-            value_mask = group_tokens(token_mask, num_tokens // out.returns.shape[-1]).any(-1)
-        return batch.with_targets(advantages=torch.where(token_mask, adv, torch.zeros_like(adv)), loss_mask=token_mask,
+            value_mask = group_entries(entry_mask, num_entries // out.returns.shape[-1]).any(-1)
+        return batch.with_targets(advantages=torch.where(entry_mask, adv, torch.zeros_like(adv)), loss_mask=entry_mask,
                                   processed_rewards=steps.rewards, returns=out.returns, value_mask=value_mask)

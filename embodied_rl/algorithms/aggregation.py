@@ -1,7 +1,7 @@
-"""loss_agg_func: how a [B, S] matrix of per-token losses becomes a scalar (ROLL semantics).
+"""loss_agg_func: how a [B, S] matrix of per-entry losses becomes a scalar (ROLL semantics).
 
-A row is one sequence = one action chunk; S is its number of loss entries (C*A tokens at
-token level, C actions at action level, 1 at chunk level). mask: bool [B, S].
+A row is one sequence = one action chunk; S is its number of loss entries (the policy's L log-prob
+entries at token_level, C actions at action_level, 1 at chunk_level). mask: bool [B, S].
 """
 from __future__ import annotations
 
@@ -15,23 +15,23 @@ def _valid_rows(mask: Tensor) -> Tensor:
 
 
 @LOSS_AGGREGATIONS.register("token-mean")
-def token_mean(loss: Tensor, mask: Tensor) -> Tensor:
-    """Mean over all valid tokens of the batch: every token weighs the same."""
+def entry_mean(loss: Tensor, mask: Tensor) -> Tensor:
+    """Mean over all valid entries of the batch: every entry weighs the same."""
     m = mask.to(loss.dtype)
     return (loss * m).sum() / m.sum().clamp(min=1.0)
 
 
 @LOSS_AGGREGATIONS.register("seq-mean-token-sum")
-def seq_mean_token_sum(loss: Tensor, mask: Tensor) -> Tensor:
-    """Sum over each chunk's valid tokens, then mean over chunks with any valid token."""
+def seq_mean_entry_sum(loss: Tensor, mask: Tensor) -> Tensor:
+    """Sum over each chunk's valid entries, then mean over chunks with any valid entry."""
     rows = _valid_rows(mask).to(loss.dtype)
     seq = (loss * mask.to(loss.dtype)).sum(dim=-1)
     return (seq * rows).sum() / rows.sum().clamp(min=1.0)
 
 
 @LOSS_AGGREGATIONS.register("seq-mean-token-mean")
-def seq_mean_token_mean(loss: Tensor, mask: Tensor) -> Tensor:
-    """Mean over each chunk's valid tokens, then mean over chunks: every chunk weighs the same."""
+def seq_mean_entry_mean(loss: Tensor, mask: Tensor) -> Tensor:
+    """Mean over each chunk's valid entries, then mean over chunks: every chunk weighs the same."""
     m = mask.to(loss.dtype)
     rows = _valid_rows(mask).to(loss.dtype)
     seq = (loss * m).sum(dim=-1) / m.sum(dim=-1).clamp(min=1.0)
@@ -39,10 +39,10 @@ def seq_mean_token_mean(loss: Tensor, mask: Tensor) -> Tensor:
 
 
 @LOSS_AGGREGATIONS.register("seq-mean-token-sum-norm")
-def seq_mean_token_sum_norm(loss: Tensor, mask: Tensor) -> Tensor:
-    """Token sum divided by the constant chunk length S (not the valid count), mean over chunks.
+def seq_mean_entry_sum_norm(loss: Tensor, mask: Tensor) -> Tensor:
+    """Entry sum divided by the constant chunk length S (not the valid count), mean over chunks.
 
-    Masked-out tokens of a partially valid chunk thus shrink its weight (Dr. GRPO style).
+    Masked-out entries of a partially valid chunk thus shrink its weight (Dr. GRPO style).
     """
     rows = _valid_rows(mask).to(loss.dtype)
     seq = (loss * mask.to(loss.dtype)).sum(dim=-1) / loss.shape[-1]

@@ -86,28 +86,28 @@ def leave_one_out_centered(adv: Tensor, valid: Tensor, group_size: int, norm_by_
 
 def bi_level_gae(
     chunk_rewards: Tensor,
-    token_values: Tensor,
+    entry_values: Tensor,
     chunk_dones: Tensor,
     gamma: float,
     lam: float,
     high_level_gamma: float,
 ) -> tuple[Tensor, Tensor]:
-    """VAGEN's bi-level GAE with a chunk as the turn and its L action tokens as the response.
+    """VAGEN's bi-level GAE with a chunk as the turn and its L log-prob entries as the response.
 
-    chunk_rewards: [T, N]; chunk_dones: bool [T, N]; token_values: [T + 1, N, L]
-    (row T = values after the last chunk; a chunk's value is that of its first token,
+    chunk_rewards: [T, N]; chunk_dones: bool [T, N]; entry_values: [T + 1, N, L]
+    (row T = values after the last chunk; a chunk's value is that of its first entry,
     which for the OFT value head is V(observation)).
     High level: GAE across chunks with high_level_gamma and lam gives the chunk advantage
-    A_t and return G_t = A_t + V_t. Low level: GAE over the chunk's tokens with gamma and
-    lam, where the last token receives G_t as its reward-plus-next-value, so a chunk of one
-    token gets exactly A_t.
-    Returns (token advantages [T, N, L], token returns [T, N, L]).
+    A_t and return G_t = A_t + V_t. Low level: GAE over the chunk's entries with gamma and
+    lam, where the last entry receives G_t as its reward-plus-next-value, so a chunk of one
+    entry gets exactly A_t.
+    Returns (advantages [T, N, L], returns [T, N, L]) per entry.
     """
-    chunk_values = token_values[..., 0]
+    chunk_values = entry_values[..., 0]
     _, high_ret = gae(chunk_rewards, chunk_values, chunk_dones, high_level_gamma, lam)
-    v = token_values[:-1]
+    v = entry_values[:-1]
     adv = torch.zeros_like(v)
-    last = high_ret - v[..., -1]  # delta of the last token
+    last = high_ret - v[..., -1]  # delta of the last entry
     adv[..., -1] = last
     for j in reversed(range(v.shape[-1] - 1)):
         delta = gamma * v[..., j + 1] - v[..., j]

@@ -1,7 +1,7 @@
-"""Per-token KL estimators between the policy and a frozen reference policy.
+"""Per-entry KL estimators between the policy and a frozen reference policy.
 
-`logprobs` and `ref_logprobs` are the log-probs of the sampled tokens, any shape [...]
-(the rollout keeps only those, not the full distributions over the action bins); each
+`logprobs` and `ref_logprobs` are the log-probs of the sampled action record's entries,
+any shape [...] (the rollout keeps only those, not the full distributions); each
 estimator returns a tensor of that shape.
 """
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """PPO/GRPO policy loss, value loss and the combined `compute_actor_critic_loss`.
 
 The runtime flattens (time, env) into a micro-batch of B chunks: log-prob, entropy, advantage
-and mask tensors are [B, L] (L = the policy's log-prob entries per chunk; OpenVLA-OFT: C * A
-tokens), value tensors [B, K] (K = C or 1, or L).
+and mask tensors are [B, L] (L = the policy's log-prob entries per chunk), value tensors [B, K] (K = C or 1, or L).
 Per-entry loss terms are pure functions; aggregation follows `loss_agg_func` with one
 row = one chunk.
 """
@@ -14,7 +13,7 @@ from torch import Tensor
 
 from embodied_rl.algorithms.aggregation import aggregate_loss
 from embodied_rl.algorithms.kl import kl_penalty
-from embodied_rl.algorithms.masks import group_tokens, masked_mean
+from embodied_rl.algorithms.masks import group_entries, masked_mean
 from embodied_rl.config.schema.algorithm import AlgorithmConfig
 
 
@@ -90,15 +89,15 @@ _GROUP = {"token_level": lambda a, l: 1, "action_level": lambda a, l: a, "chunk_
 
 
 def _regroup(x: Tensor, mask: Tensor, group: int, how: str) -> Tensor:
-    """[B, L] -> [B, L // group] over each action's/chunk's valid tokens.
+    """[B, L] -> [B, L // group] over each action's/chunk's valid entries.
 
-    how: "sum" (log-probs, entropies: joint quantity of the executed tokens), "mean"
-    (advantages) or "any" (mask: an action/chunk counts if any of its tokens is valid, e.g.
+    how: "sum" (log-probs, entropies: joint quantity of the executed entries), "mean"
+    (advantages) or "any" (mask: an action/chunk counts if any of its entries is valid, e.g.
     a chunk whose episode ended mid-chunk keeps the executed part).
     """
     if group == 1:
         return x
-    g, gm = group_tokens(x, group), group_tokens(mask, group)
+    g, gm = group_entries(x, group), group_entries(mask, group)
     if how == "any":
         return gm.any(-1)
     total = (g * gm).sum(-1)
@@ -130,13 +129,13 @@ def compute_actor_critic_loss(
     action_dim (A) is needed for logprob_type/entropy_type action_level.
     loss = policy - entropy_bonus * entropy + kl_loss_coef * kl [+ value_loss_coef * value].
     """
-    num_tokens = logprobs.shape[-1]
+    num_entries = logprobs.shape[-1]
     flat = lambda x: None if x is None else x.reshape(-1, x.shape[-1])
     logprobs, old_logprobs, advantages = flat(logprobs), flat(old_logprobs), flat(advantages)
     mask = flat(loss_mask).bool()
     if "action_level" in (cfg.logprob_type, cfg.entropy_type) and action_dim is None:
-        raise ValueError("logprob_type/entropy_type action_level needs action_dim= (tokens per action)")
-    group = _GROUP[cfg.logprob_type](action_dim, num_tokens)
+        raise ValueError("logprob_type/entropy_type action_level needs action_dim= (log-prob entries per action)")
+    group = _GROUP[cfg.logprob_type](action_dim, num_entries)
     pg = ppo_clipped_surrogate(
         _regroup(logprobs, mask, group, "sum"), _regroup(old_logprobs, mask, group, "sum"),
         _regroup(advantages, mask, group, "mean"), cfg.clip_low, cfg.clip_high, cfg.clip_ratio_c,
@@ -156,11 +155,11 @@ def compute_actor_critic_loss(
         "actor/approx_kl": masked_mean(pg["ratio"] - 1.0 - pg["log_ratio"], pg_mask),
         "actor/ratio_mean": torch.where(any_valid, masked_mean(ratio, pg_mask), one),
         "actor/ratio_max": torch.where(any_valid, ratio_max, one),
-        # Tokens a top-k policy no longer samples (log-prob -inf): their gradient is zero.
+        # Entries the policy can no longer sample (log-prob -inf, e.g. outside a truncated support): zero gradient.
         "actor/left_support_fraction": masked_mean(torch.isinf(logprobs).float(), mask),
     }
     if entropy is not None:
-        egroup = _GROUP[cfg.entropy_type](action_dim, num_tokens)
+        egroup = _GROUP[cfg.entropy_type](action_dim, num_entries)
         ent_mask = _regroup(mask, mask, egroup, "any")
         ent = aggregate_loss(_regroup(flat(entropy), mask, egroup, "sum"), ent_mask, cfg.loss_agg_func)
         m["actor/entropy"] = ent
@@ -178,7 +177,7 @@ def compute_actor_critic_loss(
         if old_values is None or returns is None:
             raise ValueError("the value loss needs values, old_values and returns together")
         values, old_values, returns = flat(values), flat(old_values), flat(returns)
-        vmask = flat(value_mask).bool() if value_mask is not None else _regroup(mask, mask, num_tokens // values.shape[-1], "any")
+        vmask = flat(value_mask).bool() if value_mask is not None else _regroup(mask, mask, num_entries // values.shape[-1], "any")
         v_loss_mat, v_clipped = value_loss(values, old_values, returns, cfg.value_clip, cfg.huber_delta)
         v_loss = masked_mean(v_loss_mat, vmask)
         loss = loss + cfg.value_loss_coef * v_loss

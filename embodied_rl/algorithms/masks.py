@@ -1,6 +1,6 @@
 """Masked statistics and the loss mask of a time-major rollout.
 
-Shapes: T chunk steps, N envs, C actions per chunk, A tokens per action, L = C * A.
+Shapes: T chunk steps, N envs, C actions per chunk, A log-prob entries per action, L = C * A.
 """
 from __future__ import annotations
 
@@ -61,16 +61,16 @@ def build_loss_mask(dones: Tensor, auto_reset: bool) -> Tensor:
     return (before == 0).reshape(n, t, c).permute(1, 0, 2).contiguous()
 
 
-def expand_steps_to_tokens(x: Tensor, num_tokens: int) -> Tensor:
-    """Broadcast [T, N, K] (K = C per-step or 1 per-chunk) to [T, N, L] tokens, L % K == 0."""
+def expand_steps_to_entries(x: Tensor, num_entries: int) -> Tensor:
+    """Broadcast [T, N, K] (K = C per-step or 1 per-chunk) to [T, N, L] entries, L % K == 0."""
     k = x.shape[-1]
-    if num_tokens % k:
-        raise ValueError(f"cannot spread {k} entries per chunk over {num_tokens} tokens")
-    return x.repeat_interleave(num_tokens // k, dim=-1)
+    if num_entries % k:
+        raise ValueError(f"cannot spread {k} entries per chunk over {num_entries} log-prob entries")
+    return x.repeat_interleave(num_entries // k, dim=-1)
 
 
-def group_tokens(x: Tensor, group: int) -> Tensor:
-    """[B, L] -> [B, L // group, group] (tokens of one action or one chunk side by side)."""
+def group_entries(x: Tensor, group: int) -> Tensor:
+    """[B, L] -> [B, L // group, group] (entries of one action or one chunk side by side)."""
     if x.shape[-1] % group:
-        raise ValueError(f"{x.shape[-1]} tokens per chunk are not a multiple of {group}")
+        raise ValueError(f"{x.shape[-1]} entries per chunk are not a multiple of {group}")
     return x.reshape(*x.shape[:-1], x.shape[-1] // group, group)

@@ -187,16 +187,17 @@ def _optimizer(cfg: RootConfig) -> None:
 @RULES.config_check
 def _precision(cfg: RootConfig) -> None:
     m, mp = cfg.actor.model, cfg.actor.fsdp_config.mixed_precision
-    if m.attn_implementation == "flash_attention_2":
+    if (half_only := m.cuda_half_precision_only()) is not None:
         # The kernel runs in the compute dtype: the rollout's weights are actor.model.precision, the
         # actor keeps fp32 weights and computes in FSDP's param_dtype (its own key when set apart).
+        setting, portable = half_only
         computes = [("actor.model.precision", m.precision)]
         if not cfg.runner.only_eval:
             computes.append(("actor.fsdp_config.mixed_precision.param_dtype", mp.param_dtype))
         for key, name in computes:
             if name == "fp32":
-                raise ConfigError(f"actor.model.attn_implementation=flash_attention_2 runs only in fp16/bf16, but {key}=fp32: "
-                                  f"set {key}=bf16 or use sdpa")
+                raise ConfigError(f"actor.model.{setting} runs only in fp16/bf16, but {key}=fp32: "
+                                  f"set {key}=bf16 or actor.model.{portable}")
     for key, name in (("param_dtype", mp.param_dtype), ("reduce_dtype", mp.reduce_dtype)):
         if name == "fp16":
             # fp16 gradients underflow without dynamic loss scaling, which the actor does not do.
@@ -211,8 +212,8 @@ def _accelerator(cfg: RootConfig, plan: RunPlan) -> None:
                     ("actor.fsdp_config.cpu_offload", cfg.actor.fsdp_config.cpu_offload)):
         if on:
             raise ConfigError(f"{key}=true needs GPUs (there are none: {where}; weights already live in host memory); set it false")
-    if cfg.actor.model.attn_implementation == "flash_attention_2":
-        raise ConfigError(f"actor.model.attn_implementation=flash_attention_2 needs CUDA GPUs ({where}); use sdpa")
+    if (half_only := cfg.actor.model.cuda_half_precision_only()) is not None:
+        raise ConfigError(f"actor.model.{half_only[0]} needs CUDA GPUs ({where}); set actor.model.{half_only[1]}")
     for path, env in (task for mode in used_modes(cfg) for task in getattr(cfg.env, mode).task_configs(f"env.{mode}")):
         for key in ("sim_backend", "render_backend"):
             if env.init_params.get(key) == "gpu":

@@ -96,6 +96,9 @@ def _root_paths() -> tuple[str, ...]:
 REPLACED_KEYS = {
     "algorithm.sampling_params.do_sample_eval": "every evaluation now scores greedy and sampled side by side; "
     "choose them with algorithm.sampling_params.eval_scoring (e.g. [greedy] or [sampled, greedy])",
+    # Sampling knobs of a discretising policy belong to its model config.
+    "algorithm.sampling_params.top_k": "it moved to actor.model.top_k (a setting of the policy, not of the algorithm)",
+    "algorithm.sampling_params.logprobs_over": "it moved to actor.model.logprobs_over (a setting of the policy, not of the algorithm)",
 }
 
 

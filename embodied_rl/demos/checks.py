@@ -34,8 +34,7 @@ def _sft_data(cfg: RootConfig) -> None:
                           "list demo directories recorded by `embodied-rl demos`, or set bc_coef: 0")
     noise = cfg.data.action_noise_std
     if not 0.0 <= noise <= 0.5:
-        raise ConfigError(f"data.action_noise_std={noise}: must be in [0, 0.5] of the normalised action range [-1, 1] "
-                          "(one action bin is 2/256 = 0.0078)")
+        raise ConfigError(f"data.action_noise_std={noise}: must be in [0, 0.5] of the normalised action range [-1, 1]")
     if noise > 0 and not paths:
         raise ConfigError(f"data.action_noise_std={noise} perturbs demo actions, but data.train_data_paths is empty; "
                           "set it to 0 or train on demos")

@@ -190,7 +190,7 @@ class SegmentReader:
         """The bytes of the message at `ref` (buffer i is at `ref.spans[i]` within them).
 
         copy=True: copied into private memory and the segment is freed at once.
-        copy=False: a zero-copy view of the segment plus a release token that frees it
+        copy=False: a zero-copy view of the segment plus a release handle that frees it
         (Channel calls it when the last decoded array is garbage-collected).
         """
         seg = self._attach(ref.name)

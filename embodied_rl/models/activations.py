@@ -170,7 +170,6 @@ def activation_bytes(model_cfg: ModelConfig, env_cfg: EnvConfig, micro_batch: in
     from embodied_rl.models.registry import (
         PRECISION_DTYPES,
         policy_class,
-        with_runnable_attention,
     )
 
     path = Path(model_cfg.model_path)
@@ -187,7 +186,7 @@ def activation_bytes(model_cfg: ModelConfig, env_cfg: EnvConfig, micro_batch: in
     def count() -> list:
         cls = policy_class(model_cfg.model_type)
         # Counted with the CPU's kernels: flash-attn's saves what the fused sdpa kernel saves.
-        runnable = with_runnable_attention(model_cfg, torch.device("cpu"))
+        runnable = model_cfg.runnable_on(torch.device("cpu"))
         try:
             skeleton = cls.skeleton(path, runnable, device="cpu", dtype=PRECISION_DTYPES[param_dtype])
         except NotImplementedError:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import nn
@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from embodied_rl.config.schema.model import ModelConfig
     from embodied_rl.models.generators import GeneratorLike
 
+#: What evaluate_actions scores a record under (see there).
+Scoring = Literal["rollout", "likelihood"]
+
 
 @dataclass
 class PolicyOutput:
@@ -32,7 +35,7 @@ class PolicyOutput:
     actions:        float32 [B, C, A] what the env executes, un-normalised with the checkpoint's
                     dataset statistics.
     action_record:  Tensor [B, ...], whatever this policy needs to score the sampled action again
-                    (e.g. the sampled token ids of a discretising policy, or the pre-squash sample
+                    (e.g. the sampled category indices of a discretising policy, or the pre-squash sample
                     of a Gaussian one). Opaque to the runtime: it stores the record per sample,
                     slices it along B and hands it back to `evaluate_actions`; only the policy
                     reads it.
@@ -61,20 +64,26 @@ class BasePolicy(nn.Module):
     def prepare_inputs(self, obs: EnvObservation) -> dict[str, torch.Tensor]:
         """Processor: images (+wrist), instructions (+states) -> batch-first model inputs (on CPU)."""
 
-    def predict(self, inputs: dict[str, torch.Tensor], *, do_sample: bool, temperature: float = 1.0, top_k: int = 0,
-                logprob_top_k: int | None = None, compute_values: bool = True,
-                generator: GeneratorLike = None) -> PolicyOutput:
-        """One forward pass producing a chunk of actions (call under torch.no_grad for rollouts);
-        drawn with `top_k`, their log-probs under `logprob_top_k` (None: the same)."""
-        return self(inputs, mode="predict", do_sample=do_sample, temperature=temperature, top_k=top_k,
-                    logprob_top_k=logprob_top_k, compute_values=compute_values, generator=generator)
+    def predict(self, inputs: dict[str, torch.Tensor], *, do_sample: bool, temperature: float = 1.0,
+                compute_values: bool = True, generator: GeneratorLike = None) -> PolicyOutput:
+        """One forward pass producing a chunk of actions (call under torch.no_grad for rollouts):
+        drawn at `temperature` with the policy's own sampling settings from its model config
+        (e.g. a discretising policy's truncation), or the most likely action when not
+        `do_sample`; their log-probs are those evaluate_actions(scoring="rollout") gives."""
+        return self(inputs, mode="predict", do_sample=do_sample, temperature=temperature,
+                    compute_values=compute_values, generator=generator)
 
     def evaluate_actions(self, inputs: dict[str, torch.Tensor], action_record: torch.Tensor, *, temperature: float = 1.0,
-                         top_k: int = 0, compute_values: bool = True) -> dict[str, torch.Tensor]:
+                         compute_values: bool = True, scoring: Scoring = "rollout") -> dict[str, torch.Tensor]:
         """Re-score stored action records [B, ...] (PolicyOutput.action_record) with gradients:
-        {"logprobs", "entropy" float [B, L], "values" [B, 1|C] or None}."""
-        return self(inputs, mode="evaluate", action_record=action_record, temperature=temperature, top_k=top_k,
-                    compute_values=compute_values)
+        {"logprobs", "entropy" float [B, L], "values" [B, 1|C] or None}.
+
+        scoring "rollout": under the distribution rollouts record log-probs of at `temperature`
+        (the policy's own sampling settings applied), what PPO/GRPO ratios and a KL reference
+        need; "likelihood": under the model's plain distribution (none of those settings, pass
+        temperature 1), what a demonstration's negative log-likelihood needs (SFT, the BC term)."""
+        return self(inputs, mode="evaluate", action_record=action_record, temperature=temperature,
+                    compute_values=compute_values, scoring=scoring)
 
     def state_values(self, privileged: torch.Tensor) -> torch.Tensor:
         """An asymmetric critic's values float [B, 1|C] from privileged states [B, P] alone, with

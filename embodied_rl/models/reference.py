@@ -31,13 +31,13 @@ class KLReference:
         self.scorer, self._view, self.shares_weights = scorer, view, shares_weights
 
     @torch.no_grad()
-    def logprobs(self, inputs: dict[str, torch.Tensor], action_record: torch.Tensor, *, temperature: float = 1.0,
-                 top_k: int = 0) -> torch.Tensor:
+    def logprobs(self, inputs: dict[str, torch.Tensor], action_record: torch.Tensor, *,
+                 temperature: float = 1.0) -> torch.Tensor:
         """float [B, L] log-probs of `action_record` [B, ...] (PolicyOutput.action_record) under the
-        same sampling settings as the rollout."""
+        distribution the rollout recorded its own log-probs under (same temperature, the policy's
+        own sampling settings)."""
         with self._view():
-            out = self.scorer.evaluate_actions(inputs, action_record, temperature=temperature, top_k=top_k,
-                                               compute_values=False)
+            out = self.scorer.evaluate_actions(inputs, action_record, temperature=temperature, compute_values=False)
         return out["logprobs"]
 
     def to(self, device: torch.device | str) -> None:

@@ -1,7 +1,6 @@
 """Model registry keyed by `actor.model.model_type`; the only place policies are looked up by name."""
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import importlib.util
 from collections.abc import Callable
@@ -19,21 +18,6 @@ if TYPE_CHECKING:
 _POLICIES: dict[str, type[BasePolicy]] = {}
 
 PRECISION_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def flash_attention_runs_on(device: torch.device) -> bool:
-    """Whether attn_implementation flash_attention_2 can run on `device` in this environment."""
-    return device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None
-
-
-def with_runnable_attention(model_cfg: ModelConfig, device: torch.device) -> ModelConfig:
-    """`model_cfg` with an attention kernel that runs on `device`, for builds outside a run
-    (export, replay): flash_attention_2 becomes sdpa where it cannot run. Every kernel computes
-    the same bidirectional attention from the same weights, so no weight and no exported file
-    depends on the choice. A run itself never swaps kernels: it refuses one it cannot run."""
-    if model_cfg.attn_implementation == "flash_attention_2" and not flash_attention_runs_on(device):
-        return dataclasses.replace(model_cfg, attn_implementation="sdpa")
-    return model_cfg
 
 
 def register_policy(name: str) -> Callable[[type[BasePolicy]], type[BasePolicy]]:

@@ -209,13 +209,12 @@ def export_policy(ckpt_dir: str | Path, model_cfg, out_dir: str | Path, *, merge
     config keeps the kernel the run trained with.
     """
     from embodied_rl.models import build_policy
-    from embodied_rl.models.registry import with_runnable_attention
 
     if not has_trainable_weights(actor_dir(ckpt_dir)):
         raise CheckpointError(f"{ckpt_dir}: no trainable weights under {ACTOR_DIR}/ (dcp/ or {ACTOR_WEIGHTS}); "
                               "pass a checkpoints/global_step_N directory of a training run")
     # The checkpoint's trainable weights (its value head among them) replace the init at once.
-    model_cfg = with_runnable_attention(model_cfg, torch.device("cpu"))
+    model_cfg = model_cfg.runnable_on(torch.device("cpu"))
     policy = build_policy(model_cfg, device="cpu", dtype=torch.float32, warn_untrained_value_head=False)
     policy.load_trainable_state_dict(read_trainable_weights(actor_dir(ckpt_dir)))
     stats = read_dataset_statistics(ckpt_dir)

@@ -35,13 +35,12 @@ log = logging.getLogger(__name__)
 
 def sampling_specs(cfg: RootConfig) -> dict[str, SamplingSpec]:
     """The rollout workers' sampling specs: "train", then one per evaluation scoring
-    (algorithm.sampling_params.eval_scoring, in its order): "greedy" (argmax) and "sampled"."""
+    (algorithm.sampling_params.eval_scoring, in its order): "greedy" (the most likely action)
+    and "sampled" (drawn as training rollouts draw, at temperature_eval)."""
     sp = cfg.algorithm.sampling_params
-    top_k = sp.top_k or 0
-    evals = {"greedy": SamplingSpec(do_sample=False, temperature=1.0, top_k=0),  # argmax: temperature/top_k cannot change it
-             "sampled": SamplingSpec(do_sample=True, temperature=sp.temperature_eval, top_k=top_k)}
-    return {"train": SamplingSpec(do_sample=sp.do_sample, temperature=sp.temperature_train, top_k=top_k,
-                                  logprob_top_k=sp.logprob_top_k),
+    evals = {"greedy": SamplingSpec(do_sample=False, temperature=1.0),  # the most likely action: temperature cannot change it
+             "sampled": SamplingSpec(do_sample=True, temperature=sp.temperature_eval)}
+    return {"train": SamplingSpec(do_sample=sp.do_sample, temperature=sp.temperature_train),
             **{name: evals[name] for name in sp.eval_scoring}}
 
 

@@ -103,19 +103,11 @@ class ActionMessage:
 
 @dataclass
 class SamplingSpec:
-    """How the rollout samples actions (from algorithm.sampling_params)."""
+    """How the rollout acts (from algorithm.sampling_params); the policy adds its own sampling
+    settings from its model config."""
 
     do_sample: bool = True
     temperature: float = 1.0
-    top_k: int = 0  # 0 = all 256 bins
-    # The top_k of the recorded log-probs (algorithm.sampling_params.logprobs_over); None scores
-    # tokens under the policy they were drawn from, so a spec built with top_k alone stays consistent.
-    logprob_top_k: int | None = None
-
-    @property
-    def scored_top_k(self) -> int:
-        """The top_k the recorded log-probs are computed under."""
-        return self.top_k if self.logprob_top_k is None else self.logprob_top_k
 
 
 @dataclass

@@ -8,7 +8,7 @@ trajectory (see `Trajectory` in workers/protocol.py), which `generate` returns t
 
 Evaluation epochs act with one of the eval sampling specs (a scoring: "greedy" or "sampled");
 a sampled one draws from a generator seeded by (seed, rank, eval epoch) at the start of the
-epoch, so every evaluation of the same weights on the same states draws the same tokens, and
+epoch, so every evaluation of the same weights on the same states draws the same actions, and
 evaluations never consume the training stream (`get_rng_state`). Both are DeviceGenerators
 (models/generators.py): a draw uses the generator on the device of the logits, which is the
 worker's device for the huggingface backend and the CPU for vllm.
@@ -143,14 +143,12 @@ class RolloutWorker:
         if t < n_chunk_steps:
             inputs = self._inputs(obs)
             out = self.policy.predict(inputs, do_sample=spec.do_sample, temperature=spec.temperature,
-                                      top_k=spec.top_k, logprob_top_k=spec.scored_top_k,
-                                      compute_values=self.compute_values and keep,
-                                      generator=generator)
+                                      compute_values=self.compute_values and keep, generator=generator)
             self._send_actions(s, t, out.actions.float().cpu().numpy(), [m.obs.num_envs for m in msgs])
             if keep:
                 self._record_step(rec, out, msgs)
                 if self.kl_reference is not None:
-                    ref = self.kl_reference.logprobs(inputs, out.action_record, temperature=spec.temperature, top_k=spec.scored_top_k)
+                    ref = self.kl_reference.logprobs(inputs, out.action_record, temperature=spec.temperature)
                     rec["ref_logprobs"].append(ref.float().cpu())
         elif keep and self.compute_values:
             # V(final obs) equals V(obs) on rows that did not reset, and rows that did are done

@@ -16,24 +16,17 @@ from embodied_rl.errors import ConfigError
 GRANULARITIES = ("token_level", "action_level", "chunk_level")
 REWARD_NORMS = ("none", "batch", "group", "running")
 BOOTSTRAP_TYPES = ("standard", "none")
-#: How an evaluation picks action tokens: greedy = argmax, sampled = drawn at temperature_eval.
+#: How an evaluation picks actions: greedy = the policy's most likely action, sampled = drawn at temperature_eval.
 EVAL_SCORINGS = ("greedy", "sampled")
 EvalScoring = Literal["greedy", "sampled"]
 
 
 @dataclass
 class SamplingParams:
-    do_sample: bool = field(default=True, metadata={"help": "Sample action tokens during training rollouts (false = argmax; log-probs are still reported)."})
+    do_sample: bool = field(default=True, metadata={"help": "Sample actions during training rollouts (false = the most likely action; log-probs are still reported)."})
     temperature_train: float = field(default=1.0, metadata={"help": "Softmax temperature of training rollouts and of the training forward pass."})
-    eval_scoring: list[EvalScoring] = field(default_factory=lambda: ["greedy", "sampled"], metadata={"help": "How every evaluation (and embodied-rl eval, and each side of eval --compare) scores the policy, each scoring on the same initial states: greedy (argmax action tokens, the usual protocol for reported success rates) and/or sampled (tokens drawn at temperature_eval with top_k, as RL rollouts act; seeded per eval epoch, reproducible). Each is logged as eval/<scoring>/... with its intervals; the first, the primary, also as eval/... . Each scoring is one more pass over the eval episodes."})
+    eval_scoring: list[EvalScoring] = field(default_factory=lambda: ["greedy", "sampled"], metadata={"help": "How every evaluation (and embodied-rl eval, and each side of eval --compare) scores the policy, each scoring on the same initial states: greedy (the most likely action, the usual protocol for reported success rates) and/or sampled (actions drawn at temperature_eval with the policy's own sampling settings, as RL rollouts act; seeded per eval epoch, reproducible). Each is logged as eval/<scoring>/... with its intervals; the first, the primary, also as eval/... . Each scoring is one more pass over the eval episodes."})
     temperature_eval: float = field(default=1.0, metadata={"help": "Softmax temperature of the sampled evaluation scoring (eval_scoring: sampled)."})
-    top_k: int | None = field(default=None, metadata={"help": "Keep the k most likely of the 256 action bins before sampling; null = all bins."})
-    logprobs_over: Literal["top_k", "all_bins"] = field(default="top_k", metadata={"help": "The policy whose log-probs training rollouts record and PPO/GRPO train (and a KL reference scores), with top_k set: top_k (the sampling policy, top_k bins renormalised: a sampled bin an update moves out of the top k gets log-prob -inf and no gradient, so nothing pulls it back) | all_bins (the temperature-scaled policy over all 256 bins: every sampled bin keeps its gradient; the ratio then leaves out the top-k renormalisation)."})
-
-    @property
-    def logprob_top_k(self) -> int:
-        """The top_k of the log-probs training uses (0 = all bins)."""
-        return (self.top_k or 0) if self.logprobs_over == "top_k" else 0
 
 
 @dataclass
@@ -41,14 +34,14 @@ class AlgorithmConfig:
     # --- advantages ---------------------------------------------------------------------
     adv_type: str = field(default="gae", metadata={"help": "Advantage estimator: gae | grpo | bi_level_gae | reinforce_pp."})
     reward_type: str = field(default="chunk_level", metadata={"help": "Reward/value granularity of gae and reinforce_pp (and of reward_norm statistics): action_level (one reward and value per env step) | chunk_level (chunk reward = sum of its step rewards, one value per chunk). bi_level_gae needs chunk_level."})
-    gamma: float = field(default=0.99, metadata={"help": "Discount per reward step (per env step at action_level, per chunk at chunk_level; per token inside a chunk for bi_level_gae)."})
+    gamma: float = field(default=0.99, metadata={"help": "Discount per reward step (per env step at action_level, per chunk at chunk_level; per log-prob entry inside a chunk for bi_level_gae)."})
     gae_lambda: float = field(default=0.95, metadata={"help": "GAE lambda (gae, both levels of bi_level_gae)."})
     high_level_gamma: float = field(default=0.95, metadata={"help": "bi_level_gae: discount across chunks of the chunk-level GAE."})
     group_size: int = field(default=1, metadata={"help": "grpo and group_baseline: envs per group sharing a reset state (envs n, m grouped iff n // group_size == m // group_size); also the grouping of reward_norm: group. Must equal env.group_size."})
     norm_adv_by_std_in_grpo: bool = field(default=True, metadata={"help": "grpo: divide (score - group mean) by the group std; group_baseline: divide each group's centred advantages at a step by their std. false = mean-centering only."})
     group_baseline: bool = field(default=False, metadata={"help": "gae: subtract from each env's advantage at each step the mean advantage at that step of the other envs of its group (group_size envs from one reset state). The critic keeps crediting actions within an episode; the group removes how easy the shared start was, which a critic fitted on a few episodes per update does not learn (docs/LEARNING.md). With norm_adv_by_std_in_grpo (the default) each group's advantages at a step are also divided by their std, as GRPO's returns are. Needs group_size >= 2."})
     drop_uniform_groups: bool = field(default=False, metadata={"help": "grpo dynamic sampling: mask out groups whose episode returns are all equal (zero advantage, no signal)."})
-    normalize_advantages: bool = field(default=True, metadata={"help": "Whiten advantages over the valid tokens of the batch (masked mean 0, std 1). reinforce_pp always whitens."})
+    normalize_advantages: bool = field(default=True, metadata={"help": "Whiten advantages over the valid log-prob entries of the batch (masked mean 0, std 1). reinforce_pp always whitens."})
     bootstrap_type: str = field(default="standard", metadata={"help": "What a time-limit truncation adds to the episode's last reward, for a critic (gae, bi_level_gae): standard (gamma * V(final_obs): the limit only cuts an episode that would go on) | none (the limit is part of the task, as when success counts within max_episode_steps: value targets are the return inside the episode). With standard on a fixed-horizon task every episode ends truncated, so the value targets feed on the critic's own values and grow step after step."})
     advantage_clip: float | None = field(default=None, metadata={"help": "Clamp advantages to [-x, x] after normalisation; null = no clamp."})
     # --- reward processing (ROLL), applied in this order: norm, clip, KL shaping ----------
@@ -56,16 +49,16 @@ class AlgorithmConfig:
     reward_scale: bool = field(default=False, metadata={"help": "With reward_norm: only divide by the std (do not subtract the mean)."})
     reward_shift: bool = field(default=False, metadata={"help": "With reward_norm: only subtract the mean (do not divide by the std)."})
     reward_clip: float | None = field(default=None, metadata={"help": "Clamp (normalised) rewards to [-x, x]; null = no clamp."})
-    kl_beta: float = field(default=0.0, metadata={"help": "KL-to-reference reward shaping: each env step's reward -= kl_beta * KL of its action tokens (needs ref log-probs)."})
-    kl_penalty: str = field(default="kl", metadata={"help": "KL estimator of the sampled tokens for kl_beta shaping and the KL loss: kl | abs | mse | low_var_kl."})
+    kl_beta: float = field(default=0.0, metadata={"help": "KL-to-reference reward shaping: each env step's reward -= kl_beta * KL of its action (needs ref log-probs)."})
+    kl_penalty: str = field(default="kl", metadata={"help": "KL estimator of the sampled actions for kl_beta shaping and the KL loss: kl | abs | mse | low_var_kl."})
     # --- policy loss ---------------------------------------------------------------------
-    logprob_type: str = field(default="token_level", metadata={"help": "Importance-ratio granularity: token_level (one ratio per action token) | action_level (sum token log-probs per action) | chunk_level (sum over the chunk)."})
-    entropy_type: str = field(default="token_level", metadata={"help": "Entropy granularity for entropy_bonus: token_level | action_level (sum of its tokens' entropies) | chunk_level."})
+    logprob_type: str = field(default="token_level", metadata={"help": "Importance-ratio granularity: token_level (one ratio per log-prob entry of the policy) | action_level (sum the entries' log-probs per action) | chunk_level (sum over the chunk)."})
+    entropy_type: str = field(default="token_level", metadata={"help": "Entropy granularity for entropy_bonus: token_level | action_level (sum of its entries' entropies) | chunk_level."})
     ratio_clip_eps: float = field(default=0.2, metadata={"help": "Symmetric PPO clip: ratio in [1-eps, 1+eps]; clip_ratio_low/high override each side when set."})
     clip_ratio_low: float | None = field(default=None, metadata={"help": "Lower PPO clip (ratio >= 1 - low); null = ratio_clip_eps."})
     clip_ratio_high: float | None = field(default=None, metadata={"help": "Upper PPO clip (ratio <= 1 + high); null = ratio_clip_eps."})
     clip_ratio_c: float | None = field(default=None, metadata={"help": "Dual-clip bound (> 1): for negative advantages the loss is capped at -A * c; null = off."})
-    loss_agg_func: str = field(default="token-mean", metadata={"help": "Aggregation of per-token losses (a sequence = one chunk): token-mean | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm."})
+    loss_agg_func: str = field(default="token-mean", metadata={"help": "Aggregation of per-entry losses (a sequence = one chunk): token-mean | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm."})
     entropy_bonus: float = field(default=0.0, metadata={"help": "Coefficient of the entropy bonus subtracted from the loss."})
     use_kl_loss: bool = field(default=False, metadata={"help": "Add kl_loss_coef * KL(policy || reference) to the loss (needs ref log-probs)."})
     kl_loss_coef: float = field(default=0.001, metadata={"help": "Coefficient of the KL loss term (with use_kl_loss)."})
@@ -76,7 +69,7 @@ class AlgorithmConfig:
     huber_delta: float | None = field(default=None, metadata={"help": "Huber loss with this delta for the value loss; null = 0.5 * squared error."})
     critic_replay_steps: int = field(default=0, metadata={"help": "After each training step's updates, one value-only pass over the critic's samples (privileged state, return) of this step and the N steps before it, which the actor keeps and checkpoints: more data per fit when a batch holds few episodes (docs/LEARNING.md measures it); 0 = fit the current batch only. Needs actor.model.value_input=privileged_state."})
     # --- demonstrations during RL ----------------------------------------------------------
-    bc_coef: float = field(default=0.0, metadata={"help": "Demo-augmented RL (as DAPG): every policy optimizer step also takes bc_coef x the behaviour-cloning loss (mean negative log-likelihood of the expert's action tokens, SFT's loss) on actor.global_batch_size samples of the demonstrations in data.train_data_paths, drawn epoch after epoch; not during runner.critic_warmup. The demos pull the policy towards the expert's actions where its own rollouts rarely succeed; 0 = off (data.train_data_paths must then be empty)."})
+    bc_coef: float = field(default=0.0, metadata={"help": "Demo-augmented RL (as DAPG): every policy optimizer step also takes bc_coef x the behaviour-cloning loss (mean negative log-likelihood of the expert's actions, SFT's loss) on actor.global_batch_size samples of the demonstrations in data.train_data_paths, drawn epoch after epoch; not during runner.critic_warmup. The demos pull the policy towards the expert's actions where its own rollouts rarely succeed; 0 = off (data.train_data_paths must then be empty)."})
     # --- consumed by the runtime / rollout (see RUNTIME_KEYS) ----------------------------
     update_epoch: int = field(default=1, metadata={"help": "Passes over the rollout batch per training step."})
     n_minibatches: int = field(default=1, metadata={"help": "With actor.global_batch_size null: optimizer steps per update epoch, the rollout batch split evenly (global_batch_size = rollout batch / n_minibatches, derived at start). Must be 1 when actor.global_batch_size is set."})
@@ -146,11 +139,6 @@ class AlgorithmConfig:
             raise ConfigError("algorithm.update_epoch, rollout_epoch and eval_rollout_epoch must be >= 1")
         if self.sampling_params.temperature_train <= 0 or self.sampling_params.temperature_eval <= 0:
             raise ConfigError("algorithm.sampling_params.temperature_train/temperature_eval must be > 0")
-        if self.sampling_params.top_k is not None and not 1 <= self.sampling_params.top_k <= 256:
-            raise ConfigError("algorithm.sampling_params.top_k must be in [1, 256] (action bins) or null")
-        if self.sampling_params.logprobs_over == "all_bins" and self.sampling_params.top_k is None:
-            raise ConfigError("algorithm.sampling_params.logprobs_over=all_bins only differs from top_k when top_k is set; "
-                              "set top_k or remove the key")
         scoring = list(self.sampling_params.eval_scoring)
         if not scoring:
             raise ConfigError(f"algorithm.sampling_params.eval_scoring is empty; list at least one of: {', '.join(EVAL_SCORINGS)}")
@@ -172,7 +160,7 @@ RUNTIME_KEYS: dict[str, str] = {
     "n_minibatches": "config plan: derives actor.global_batch_size from the rollout batch",
     "rollout_epoch": "runtime rollout loop: rollout epochs per training step",
     "eval_rollout_epoch": "runtime evaluation: rollout epochs per evaluation",
-    "sampling_params": "rollout/model: action-token sampling (do_sample, temperatures, top_k); runtime evaluation: eval_scoring",
+    "sampling_params": "rollout/model: action sampling (do_sample, temperatures); runtime evaluation: eval_scoring",
     "critic_replay_steps": "actor: value-only pass over the value targets of the last steps",
     "bc_coef": "actor: behaviour-cloning term on demonstration samples in every policy optimizer step",
 }

@@ -25,7 +25,6 @@ from embodied_rl.registry import shadows_builtin
 VALUE_TYPES = ("chunk_level", "action_level")
 VALUE_INPUTS = ("hidden", "privileged_state")
 PRECISIONS = ("fp32", "bf16", "fp16")
-ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2")
 DEFAULT_MODEL_TYPE = "openvla_oft"
 
 #: model_type -> module whose import registers that type's config class.
@@ -49,19 +48,18 @@ class ModelConfig:
     create_preset: CreatePresetConfig | None = field(default=None, metadata={"help": "When model_path has no checkpoint yet, create one there from this preset (random init, official layout, with actor.model's action_dim, proprio_dim and num_images_in_input) before the run; a checkpoint already there must have the preset's architecture (name and image_size), else the run is refused. null = use the checkpoint as it is; a missing one is an error."})
     action_dim: int = field(default=7, metadata={"help": "Action dimensions per step (7 for EEF delta pose + gripper)."})
     num_action_chunks: int = field(default=8, metadata={"help": "Actions decoded in parallel per forward pass (the chunk length C)."})
-    use_proprio: bool = field(default=False, metadata={"help": "Append a projected proprioception token after the image patches (state normalised with the 'proprio' q01/q99 statistics)."})
-    proprio_dim: int = field(default=8, metadata={"help": "Proprioception size D of EnvObservation.states when use_proprio (LIBERO: 8)."})
     unnorm_key: str | None = field(default=None, metadata={"help": "Key of dataset_statistics.json used to un-normalise actions; null = the only key present. '<key>_no_noops' is tried as a fallback."})
+    use_proprio: bool = field(default=False, metadata={"help": "Give the policy the proprioceptive state EnvObservation.states (normalised with the 'proprio' q01/q99 statistics)."})
+    proprio_dim: int = field(default=8, metadata={"help": "Proprioception size D of EnvObservation.states when use_proprio (LIBERO: 8)."})
     value_type: str = field(default="action_level", metadata={"help": "Value head output: chunk_level (1 value per chunk) | action_level (one per action of the chunk); must match algorithm.reward_type for gae."})
-    add_value_head: bool = field(default=False, metadata={"help": "Add the critic MLP (4096-512-128-out) on the hidden state before the first action slot; needed by the critic-based adv_type gae and bi_level_gae (PPO), false for grpo and reinforce_pp."})
+    add_value_head: bool = field(default=False, metadata={"help": "Add the policy's critic (value head; value_input says what it reads); needed by the critic-based adv_type gae and bi_level_gae (PPO), false for grpo and reinforce_pp."})
     value_input: str = field(default="hidden", metadata={"help": "What the critic reads: hidden (the LLM's hidden state before the first action slot, RLinf's critic) | privileged_state (an asymmetric critic on the simulator's privileged state and the episode clock, EnvObservation.privileged_states, standardised by running statistics of the training batches: needs env.train.init_params.privileged_state; the critic then shares no weights with the policy, and its gradient norm is clipped apart from the policy's)."})
     privileged_state_dim: int | None = field(default=None, metadata={"help": "Size P of EnvObservation.privileged_states (the task's state plus 1 for the clock; ManiSkill PushCube-v1: 36, PickCube-v1: 43) when value_input is privileged_state; null otherwise."})
     precision: str = field(default="fp32", metadata={"help": "Parameter dtype of the rollout policy (either rollout.backend: the HF policy or the vLLM engine and its heads) and of the KL reference: fp32 | bf16 | fp16. The actor keeps fp32 master weights and computes in actor.fsdp_config.mixed_precision.param_dtype, which defaults to this."})
     image_size: int | None = field(default=None, metadata={"help": "Model input side in pixels; null = the checkpoint's image_sizes. A different value is an error (ViT position embeddings are fixed)."})
     num_images_in_input: int = field(default=1, metadata={"help": "Cameras per sample: 1 = third-person, 2 = third-person + wrist."})
-    attn_implementation: str = field(default="sdpa", metadata={"help": "LLM attention kernel: sdpa | eager | flash_attention_2 (CUDA + flash-attn only); all bidirectional."})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "Recompute ViT blocks and decoder layers in backward to save activation memory."})
-    is_lora: bool = field(default=False, metadata={"help": "Train LoRA adapters (both ViTs, projector, LLM, lm_head) instead of all weights; the value head stays fully trainable."})
+    is_lora: bool = field(default=False, metadata={"help": "Train LoRA adapters on the modules the policy names (OpenVLA-OFT: lora_target_modules, both ViTs, projector, LLM, lm_head) instead of all weights; the value head stays fully trainable."})
     lora_rank: int = field(default=32, metadata={"help": "LoRA rank r."})
     lora_alpha: int | None = field(default=None, metadata={"help": "LoRA alpha; null = lora_rank (scale 1)."})
     lora_path: str | None = field(default=None, metadata={"help": "Directory of saved peft adapters (adapter_config.json + adapter_model.safetensors) to load and keep training."})
@@ -83,8 +81,6 @@ class ModelConfig:
             raise model_key_error("privileged_state_dim", f"is set but value_input={self.value_input}; remove it or set value_input=privileged_state")
         if self.precision not in PRECISIONS:
             raise model_key_error("precision", f"got {self.precision!r}, expected one of {', '.join(PRECISIONS)}")
-        if self.attn_implementation not in ATTN_IMPLEMENTATIONS:
-            raise model_key_error("attn_implementation", f"got {self.attn_implementation!r}, expected one of {', '.join(ATTN_IMPLEMENTATIONS)}")
         for key in ("action_dim", "num_action_chunks", "num_images_in_input", "lora_rank", "proprio_dim"):
             if int(getattr(self, key)) < 1:
                 raise model_key_error(key, f"must be >= 1, got {getattr(self, key)}")
@@ -92,10 +88,6 @@ class ModelConfig:
             raise model_key_error("image_size", f"must be >= 14 (one ViT patch) or null, got {self.image_size}")
         if self.lora_path is not None and not self.is_lora:
             raise model_key_error("lora_path", "is set but is_lora is false; set actor.model.is_lora=true to load adapters")
-
-    @property
-    def num_action_tokens(self) -> int:
-        return self.action_dim * self.num_action_chunks
 
     @property
     def value_dim(self) -> int:
@@ -106,6 +98,18 @@ class ModelConfig:
         total, trainable, the largest FSDP block), read without building it; None = not countable
         (yet): the memory plan then forecasts nothing. A model type overrides it."""
         return None
+
+    def cuda_half_precision_only(self) -> tuple[str, str] | None:
+        """A setting of this config that runs only on CUDA GPUs in fp16/bf16, as (`key=value` of
+        actor.model, the `key=value` that computes the same anywhere), or None; a model type
+        with such a setting (an attention kernel) overrides it."""
+        return None
+
+    def runnable_on(self, device: Any) -> ModelConfig:
+        """This config for a build outside a run (export, replay, an activation count) on `device`
+        (a torch.device): a setting the device cannot run replaced by one computing the same from
+        the same weights. A run never swaps: the config checks refuse what it cannot run."""
+        return self
 
     def activation_bytes(self, env_cfg: Any, micro_batch: int, param_dtype: str) -> int | str:
         """Peak activation bytes of one actor micro-batch of `micro_batch` observations of `env_cfg`

@@ -62,7 +62,7 @@ class RunnerConfig:
 @dataclass
 class DataConfig:
     train_data_paths: list[str] = field(default_factory=list, metadata={"help": "Demonstration directories written by `embodied-rl demos` for runner.paradigm=sft, or for RL with algorithm.bc_coef > 0 (concatenated; each is checked against env.train and actor.model before the run starts); must be empty for RL otherwise."})
-    action_noise_std: float = field(default=0.0, metadata={"help": "Gaussian noise added to every normalised demo action (range [-1, 1]; one action bin is 2/256 of it) each time a sample is drawn, before binning, in SFT and in RL's BC term. The policy then learns a spread of bins around the expert's, so sampling at temperature 1 explores near the expert action instead of at far bins; 0 = the exact expert tokens. In [0, 0.5]; needs data.train_data_paths."})
+    action_noise_std: float = field(default=0.0, metadata={"help": "Gaussian noise added to every normalised demo action (range [-1, 1]) each time a sample is drawn, before the policy records it as its action record, in SFT and in RL's BC term. The policy then learns a spread of actions around the expert's, so sampling at temperature 1 explores near the expert action instead of far from it; 0 = the exact expert actions. In [0, 0.5]; needs data.train_data_paths."})
 
 
 @dataclass

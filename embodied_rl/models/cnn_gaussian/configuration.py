@@ -18,7 +18,6 @@ from embodied_rl.config.schema.model import (
     model_key_error,
     register_model_config,
 )
-from embodied_rl.errors import ConfigError
 
 if TYPE_CHECKING:
     from embodied_rl.memory.params import ParamCounts
@@ -27,7 +26,7 @@ if TYPE_CHECKING:
 SQUASHES = ("clip", "tanh")
 #: Shared keys this policy has no use for, with the value that means "unused". Looked up with
 #: getattr, so a key that moves out of the shared class is simply not checked here any more.
-NOT_APPLICABLE = {"attn_implementation": "sdpa", "gradient_checkpointing": False, "is_lora": False, "lora_rank": 32,
+NOT_APPLICABLE = {"gradient_checkpointing": False, "is_lora": False, "lora_rank": 32,
                   "lora_alpha": None, "lora_path": None}
 #: The keys a created model follows besides the ones create_model takes.
 ARCH_KEYS = ("num_action_chunks", "squash", "log_std_init", "cnn_channels", "image_feature_dim", "state_feature_dim",
@@ -108,12 +107,3 @@ class CNNGaussianConfig(ModelConfig):
 
         return activation_bytes(self, env_cfg, micro_batch, param_dtype)
 
-    def check_with(self, cfg: Any) -> None:
-        check_sampling_settings(cfg.algorithm.sampling_params)
-
-
-def check_sampling_settings(sampling: Any) -> None:
-    """A Gaussian has no bins to keep: refuse the token sampling settings (algorithm.sampling_params)."""
-    if getattr(sampling, "top_k", None):
-        raise ConfigError(f"algorithm.sampling_params.top_k={sampling.top_k} keeps action bins, but model_type cnn_gaussian "
-                          "samples a Gaussian; remove top_k (temperature scales its standard deviation)")

@@ -10,20 +10,12 @@ import math
 
 import torch
 
-from embodied_rl.errors import ConfigError
 from embodied_rl.models.generators import GeneratorLike, generator_for
 
 LOG_STD_BOUNDS = (-5.0, 2.0)  # as many SAC/PPO implementations: no collapse, no blow-up
 HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 # A demo action at exactly +-1 has no finite tanh pre-image: recorded at atanh(+-(1 - eps)).
 TANH_EDGE = 1e-3
-
-
-def check_sampling(top_k: int, logprob_top_k: int | None) -> None:
-    """Token-sampling settings have no meaning for a Gaussian: refuse them."""
-    if top_k or logprob_top_k:
-        raise ConfigError(f"top_k={top_k or logprob_top_k} keeps action bins, but model_type cnn_gaussian samples a Gaussian; "
-                          "remove algorithm.sampling_params.top_k")
 
 
 def std_of(log_std: torch.Tensor, temperature: float) -> torch.Tensor:

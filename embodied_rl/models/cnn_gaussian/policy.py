@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from embodied_rl.errors import ConfigError
-from embodied_rl.models.base import BasePolicy, PolicyOutput
+from embodied_rl.models.base import BasePolicy, PolicyOutput, Scoring
 from embodied_rl.models.cnn_gaussian import gaussian as G
 from embodied_rl.models.cnn_gaussian.arch import CNNGaussianArch
 from embodied_rl.models.cnn_gaussian.configuration import CNNGaussianConfig
@@ -169,10 +169,9 @@ class CNNGaussianPolicy(CheckpointIO, BasePolicy):
         values = self._values(feats, inputs) if compute_values and self.value_head is not None else None
         return self.actor_mean(feats).float(), G.std_of(self.log_std, temperature), values
 
-    def _predict(self, inputs: dict[str, torch.Tensor], *, do_sample: bool, temperature: float = 1.0, top_k: int = 0,
-                 logprob_top_k: int | None = None, compute_values: bool = True, generator: GeneratorLike = None) -> PolicyOutput:
+    def _predict(self, inputs: dict[str, torch.Tensor], *, do_sample: bool, temperature: float = 1.0,
+                 compute_values: bool = True, generator: GeneratorLike = None) -> PolicyOutput:
         """u ~ N(mean, (std * temperature)^2) (the mean when not sampling); actions float [B, C, A]."""
-        G.check_sampling(top_k, logprob_top_k)
         mean, std, values = self._score(inputs, temperature, compute_values)
         u = G.sample(mean, std, do_sample, generator)
         normed = G.squash_action(u, self.arch.squash).view(u.shape[0], self.arch.num_action_chunks, self.arch.action_dim)
@@ -181,8 +180,8 @@ class CNNGaussianPolicy(CheckpointIO, BasePolicy):
                             values=values, forward_inputs=dict(inputs))
 
     def _evaluate(self, inputs: dict[str, torch.Tensor], *, action_record: torch.Tensor, temperature: float = 1.0,
-                  top_k: int = 0, compute_values: bool = True) -> dict[str, torch.Tensor]:
-        G.check_sampling(top_k, None)
+                  compute_values: bool = True, scoring: Scoring = "rollout") -> dict[str, torch.Tensor]:
+        """Both scorings are the one Gaussian (rollouts sample it untruncated) at `temperature`."""
         mean, std, values = self._score(inputs, temperature, compute_values)
         u = action_record.to(mean.device, torch.float32)
         return {"logprobs": G.log_prob(u, mean, std, self.arch.squash), "entropy": G.entropy(std, u.shape[0]), "values": values}

@@ -15,9 +15,9 @@ from transformers import AutoModelForCausalLM
 
 from embodied_rl.errors import ConfigError
 from embodied_rl.models.openvla_oft.arch_config import OpenVLAArchConfig
+from embodied_rl.models.openvla_oft.configuration import flash_attention_runs_on
 from embodied_rl.models.openvla_oft.heads import PrismaticProjector
 from embodied_rl.models.openvla_oft.vision import FusedVisionBackbone
-from embodied_rl.models.registry import flash_attention_runs_on
 
 
 def check_attn_implementation(name: str, device: torch.device) -> None:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from embodied_rl.errors import CheckpointError, ConfigError
-from embodied_rl.models.base import BasePolicy, PolicyOutput
+from embodied_rl.models.base import BasePolicy, PolicyOutput, Scoring
 from embodied_rl.models.generators import GeneratorLike
 from embodied_rl.models.openvla_oft import lora
 from embodied_rl.models.openvla_oft import sampling as S
@@ -178,17 +178,15 @@ class OpenVLAOFTPolicy(OFTCheckpointIO, BasePolicy):
         weight = self.value_head.mlp[0].weight
         return self.value_head(inputs["privileged"].to(weight.device, weight.dtype)).float()
 
-    def _predict(self, inputs: dict[str, torch.Tensor], *, do_sample: bool, temperature: float, top_k: int,
-                 logprob_top_k: int | None = None, compute_values: bool = True,
-                 generator: GeneratorLike = None) -> PolicyOutput:
+    def _predict(self, inputs: dict[str, torch.Tensor], *, do_sample: bool, temperature: float,
+                 compute_values: bool = True, generator: GeneratorLike = None) -> PolicyOutput:
         """The action record is int64 [B, C*A]: the sampled tokens as *relative* bins 0..255 (the
         column of the 256-wide action logits; absolute vocabulary id = base_vocab - 256 + bin);
-        logprobs and entropy [B, C*A] are per token (L = C*A) under the processed (temperature,
-        top-k) distribution."""
+        logprobs and entropy [B, C*A] are per token (L = C*A), drawn with model_cfg.top_k and
+        scored under model_cfg.logprobs_over (sampling.sample_and_score_as)."""
         logits, values = self._logits_and_values(inputs, compute_values)
-        tokens, logprobs, entropy, extra = S.sample_and_score(logits, do_sample=do_sample, temperature=temperature, top_k=top_k,
-                                                       logprob_top_k=logprob_top_k, window=self.model_cfg.action_bin_window,
-                                                       generator=generator)
+        tokens, logprobs, entropy, extra = S.sample_and_score_as(self.model_cfg, logits, do_sample=do_sample,
+                                                                temperature=temperature, generator=generator)
         normed = self.action_tokenizer.decode(tokens).view(tokens.shape[0], self.model_cfg.num_action_chunks, self.model_cfg.action_dim)
         return PolicyOutput(
             actions=self.action_norm.unnormalize(normed),
@@ -199,9 +197,12 @@ class OpenVLAOFTPolicy(OFTCheckpointIO, BasePolicy):
             forward_inputs={**inputs, **extra},
         )
 
-    def _evaluate(self, inputs: dict[str, torch.Tensor], *, action_record: torch.Tensor, temperature: float, top_k: int,
-                  compute_values: bool = True) -> dict[str, torch.Tensor]:
+    def _evaluate(self, inputs: dict[str, torch.Tensor], *, action_record: torch.Tensor, temperature: float,
+                  compute_values: bool = True, scoring: Scoring = "rollout") -> dict[str, torch.Tensor]:
+        """scoring "rollout": the top_k of model_cfg.logprobs_over; "likelihood": all bins. The
+        action_bin_window applies to both (demo tokens are scored under the window SFT trains with)."""
         logits, values = self._logits_and_values(inputs, compute_values)
+        top_k = self.model_cfg.logprob_top_k if scoring == "rollout" else 0
         processed = S.process_logits(logits, temperature, top_k, self.model_cfg.action_bin_window, inputs.get(S.WINDOW_CENTER))
         tokens = action_record.to(processed.device).long()
         # clone(): FSDP2 warns on view outputs (an in-place op on them would skip its backward hook).

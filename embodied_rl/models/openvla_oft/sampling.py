@@ -6,9 +6,14 @@ relative bin indices int64 [B, T]. Each of the T tokens is an independent catego
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from embodied_rl.models.generators import GeneratorLike, generator_for
+
+if TYPE_CHECKING:
+    from embodied_rl.models.openvla_oft.configuration import OpenVLAOFTConfig
 
 #: forward_inputs key of the bins a window is centred on: int64 [B, T], the most likely bins when
 #: the tokens were drawn. Training re-scores under the same window, not one around the most
@@ -30,7 +35,9 @@ def process_logits(logits: torch.Tensor, temperature: float, top_k: int, window:
         mid = x.argmax(dim=-1, keepdim=True) if center is None else center.to(x.device).long().unsqueeze(-1)
         x = x.masked_fill((bins - mid).abs() > window, float("-inf"))
     if 0 < top_k < x.shape[-1]:
-        kth = torch.topk(x, top_k, dim=-1).values[..., -1:]
+        # A threshold only (no gradient flows through a comparison): detached, autograd keeps
+        # nothing of topk for backward.
+        kth = torch.topk(x.detach(), top_k, dim=-1).values[..., -1:]
         x = x.masked_fill(x < kth, float("-inf"))
     return x
 
@@ -63,6 +70,14 @@ def sample_and_score(logits: torch.Tensor, *, do_sample: bool, temperature: floa
         processed = process_logits(logits, temperature, logprob_top_k, window, center)
     extra = {WINDOW_CENTER: center} if center is not None else {}
     return tokens, token_logprobs(processed, tokens), token_entropy(processed), extra
+
+
+def sample_and_score_as(cfg: OpenVLAOFTConfig, logits: torch.Tensor, *, do_sample: bool, temperature: float,
+                        generator: GeneratorLike = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """sample_and_score with the policy's own settings: drawn with cfg.top_k (greedy decoding is
+    the argmax either way), scored under cfg.logprobs_over, within cfg.action_bin_window."""
+    return sample_and_score(logits, do_sample=do_sample, temperature=temperature, top_k=cfg.top_k or 0,
+                            logprob_top_k=cfg.logprob_top_k, window=cfg.action_bin_window, generator=generator)
 
 
 def token_entropy(processed: torch.Tensor) -> torch.Tensor:

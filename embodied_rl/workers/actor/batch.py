@@ -120,7 +120,7 @@ def rollout_stats(batch: RolloutBatch) -> dict[str, float]:
         "rollout/reward_per_step": float(batch.processed_rewards.float().mean()),
         "rollout/logprob_mean": float((batch.logprobs * mask).sum() / denom),
         "rollout/advantage_mean": float((batch.advantages * mask).sum() / denom),
-        "rollout/valid_token_fraction": float(mask.mean()),
+        "rollout/valid_entry_fraction": float(mask.mean()),
     }
     if batch.values is not None:
         # over the T steps and the last value

@@ -42,7 +42,7 @@ class DemoFeed:
     def backward(self, coef: float) -> dict[str, torch.Tensor]:
         """Accumulate coef x the behaviour-cloning loss of the next global batch of demo samples
         (this rank's slice; its last backward syncs the gradients); returns its metrics
-        (sft/nll, sft/token_prob) as float64 device tensors."""
+        (sft/nll, sft/expert_prob) as float64 device tensors."""
         e = self.engine
         batch = self.sampler.next(e.cfg.actor.global_batch_size)
         noise = None
@@ -54,8 +54,8 @@ class DemoFeed:
         sums: dict[str, torch.Tensor] = {}
         for i, pos in enumerate(micros):
             inputs, record, mask = self.samples.select(batch[pos], None if noise is None else noise[pos])
-            out = e.policy.evaluate_actions(e.to_device(inputs), record.to(e.device), temperature=1.0, top_k=0,
-                                            compute_values=False)
+            out = e.policy.evaluate_actions(e.to_device(inputs), record.to(e.device), temperature=1.0,
+                                            compute_values=False, scoring="likelihood")
             loss, metrics = sft_loss(out["logprobs"].float(), mask.to(e.device))
             e.backward(coef * loss / len(micros), sync=i == len(micros) - 1)
             for k, v in metrics.items():

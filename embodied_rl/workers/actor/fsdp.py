@@ -32,7 +32,6 @@ from embodied_rl.models.registry import (
     PRECISION_DTYPES,
     build_policy,
     policy_class,
-    with_runnable_attention,
 )
 
 
@@ -168,7 +167,7 @@ def build_sharded_policy(model_cfg, fsdp_cfg, *, rank: int, world_size: int, dev
         torch.manual_seed(init_seed)  # as the eager build: the random parts (value head, LoRA) match it
         # Built on the CPU: flash-attn cannot run there, and the kernel plays no part in the weights.
         cpu = torch.device("cpu")
-        whole = build_policy(with_runnable_attention(model_cfg, cpu), device=cpu, dtype=torch.float32, init_seed=init_seed,
+        whole = build_policy(model_cfg.runnable_on(cpu), device=cpu, dtype=torch.float32, init_seed=init_seed,
                              warn_untrained_value_head=warn_untrained_value_head)
         store_frozen_in(whole, param_dtype)  # the fp32 copies go now, before the shards are allocated
         full = whole.state_dict()

@@ -154,17 +154,15 @@ class VLLMOpenVLAOFT:
 
     # ---------------------------------------------------------------- predict
     @torch.no_grad()
-    def predict(self, inputs: dict[str, torch.Tensor], *, do_sample: bool = True, temperature: float = 1.0, top_k: int = 0,
-                logprob_top_k: int | None = None, compute_values: bool = True,
-                generator: GeneratorLike = None) -> PolicyOutput:
+    def predict(self, inputs: dict[str, torch.Tensor], *, do_sample: bool = True, temperature: float = 1.0,
+                compute_values: bool = True, generator: GeneratorLike = None) -> PolicyOutput:
         logits, hidden = self.logits_and_hidden(inputs)
         values = None
         if compute_values and self.host.value_head is not None:
             values = self.host.critic_values(hidden.to(self.dtype), inputs)
         cfg = self.model_cfg
-        tokens, logprobs, entropy, extra = S.sample_and_score(logits, do_sample=do_sample, temperature=temperature, top_k=top_k,
-                                                       logprob_top_k=logprob_top_k, window=cfg.action_bin_window,
-                                                       generator=generator)
+        tokens, logprobs, entropy, extra = S.sample_and_score_as(cfg, logits, do_sample=do_sample, temperature=temperature,
+                                                                generator=generator)
         normed = self.host.action_tokenizer.decode(tokens).view(tokens.shape[0], cfg.num_action_chunks, cfg.action_dim)
         return PolicyOutput(actions=self.host.action_norm.unnormalize(normed), action_record=tokens,
                             logprobs=logprobs, entropy=entropy,

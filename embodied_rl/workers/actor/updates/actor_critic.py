@@ -79,10 +79,9 @@ class ActorCriticUpdate(Update):
     def _backward_micro(self, mb: Samples, scale: float, sync: bool) -> dict[str, torch.Tensor]:
         e, algo = self.engine, self.cfg.algorithm
         mb = mb.map(e.to_device)
-        sp = algo.sampling_params
         critic = algo.uses_critic
-        out = e.policy.evaluate_actions(mb.forward_inputs, mb.action_record, temperature=sp.temperature_train,
-                                        top_k=sp.logprob_top_k, compute_values=critic)
+        out = e.policy.evaluate_actions(mb.forward_inputs, mb.action_record, temperature=algo.sampling_params.temperature_train,
+                                        compute_values=critic)
         loss, metrics = compute_actor_critic_loss(
             algo,
             logprobs=out["logprobs"].float(), old_logprobs=mb.logprobs, advantages=mb.advantages,
