@@ -212,6 +212,8 @@ _SUBSYSTEM_COMMANDS = {
                "embodied_rl.cli.export:main", "checkpoint export (embodied-rl export)"),
     "demos": ("record scripted-expert demonstrations for SFT: demos [CONFIG] [key=value ...] --num-demos N --out DIR",
               "embodied_rl.cli.demos:main", "demonstrations (embodied-rl demos)"),
+    "env-server": ("serve simulators to env workers, e.g. on another host: env-server --listen HOST:PORT (key in EMBODIED_RL_ENV_SERVER_KEY)",
+                   "embodied_rl.envs.service.server:main", "env servers (embodied-rl env-server)"),
 }
 
 
