@@ -102,11 +102,13 @@ class SpawnedServer:
             raise ConfigError(f"{self.key}.server.python={self.python}: cannot run it ({err.strerror or err}); "
                               "give the path of a Python interpreter of the simulator's virtual environment") from None
         self._tail.clear()
-        threading.Thread(target=self._forward, args=(self.proc,), daemon=True, name="env-server-stderr").start()
+        forward = threading.Thread(target=self._forward, args=(self.proc,), daemon=True, name="env-server-stderr")
+        forward.start()
         deadline = time.monotonic() + timeout_s
         while True:
             code = self.proc.poll()
             if code is not None:
+                forward.join(timeout=5.0)  # its last words
                 last = next((line for line in reversed(self._tail) if line.strip()), "(no output)")
                 raise ServerFault(f"env server {self.python} exited with code {code} before listening: {last.strip()}; check that "
                                   f"`{self.python} -c 'import numpy, embodied_rl'` works with PYTHONPATH={PACKAGE_ROOT} and that its "
