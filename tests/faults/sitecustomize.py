@@ -10,8 +10,8 @@ ERL_FAULT_KILL_ENV_SERVER=<marker file>: an env server (embodied_rl/envs/service
 itself with SIGKILL while it handles its ERL_FAULT_KILL_ENV_SERVER_AT-th step request (default 3),
 once per run (the marker), as a simulator crash would kill it mid-step.
 
-ERL_BLOCK_IMPORTS=mani_skill,sapien: importing those packages raises ImportError, so a process
-(and the Ray workers that inherit its environment) cannot use the simulator.
+ERL_BLOCK_IMPORTS=mani_skill,sapien: those packages look not installed (import: "No module named",
+find_spec: None), so a process and the Ray workers that inherit its environment cannot use the simulator.
 """
 from __future__ import annotations
 
@@ -79,13 +79,24 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
-class _Blocker(importlib.abc.MetaPathFinder):
-    def __init__(self, names: set[str]) -> None:
-        self.names = names
+class _Absent(importlib.abc.MetaPathFinder):
+    """`finder` without the packages `names`: to every import and find_spec they are not installed."""
 
-    def find_spec(self, name, path, target=None) -> None:
+    def __init__(self, names: set[str], finder) -> None:
+        self.names, self.finder = names, finder
+
+    def find_spec(self, name, path, target=None):
         if name.partition(".")[0] in self.names:
-            raise ModuleNotFoundError(f"{name} is blocked in this process (ERL_BLOCK_IMPORTS)", name=name)
+            return None
+        return self.finder.find_spec(name, path, target)
+
+    def invalidate_caches(self) -> None:
+        if hasattr(self.finder, "invalidate_caches"):
+            self.finder.invalidate_caches()
+
+    def find_distributions(self, *args, **kwargs):  # package metadata stays readable (versions in environment.json)
+        find = getattr(self.finder, "find_distributions", None)
+        return find(*args, **kwargs) if find is not None else iter(())
 
 
 def _poison(module) -> None:
@@ -102,4 +113,5 @@ if os.environ.get("ERL_FAULT_NAN_GRAD"):
 if os.environ.get("ERL_FAULT_KILL_ENV_SERVER"):
     sys.meta_path.insert(0, _Finder(SERVER, _killer))
 if os.environ.get("ERL_BLOCK_IMPORTS"):
-    sys.meta_path.insert(0, _Blocker(set(os.environ["ERL_BLOCK_IMPORTS"].split(","))))
+    _names = set(os.environ["ERL_BLOCK_IMPORTS"].split(","))
+    sys.meta_path[:] = [_Absent(_names, f) for f in sys.meta_path]
