@@ -27,11 +27,10 @@ BLOCKED = "mani_skill,sapien"
 
 def _served_run(out: Path, model: Path, python: str, *, evaluate: bool) -> str:
     server = {"python": python}
-    env = {"train": {"total_num_envs": 2, "server": server}}
+    env = {"train": {"total_num_envs": 2, "server": server},
+           "eval": {**EVAL_64, "total_num_envs": 1, "auto_reset": False, "ignore_terminations": True, "max_episode_steps": 8,
+                    "server": server}}
     runner = {"experiment_name": "served", "val_check_interval": 2 if evaluate else -1, "val_before_train": False}
-    if evaluate:
-        env["eval"] = {**EVAL_64, "total_num_envs": 1, "auto_reset": False, "ignore_terminations": True, "max_episode_steps": 8,
-                       "server": server}
     return tiny_run(out, model, {
         "defaults": ["env/maniskill_push_cube@env.train", "env/maniskill_push_cube@env.eval"],
         "runner": runner, "env": env, "actor": {"global_batch_size": 4},
@@ -62,9 +61,10 @@ def test_a_server_killed_mid_step_fails_its_episodes_and_the_run_goes_on(tmp_pat
     _block_simulator(monkeypatch)
     marker = tmp_path / "server_killed"
     monkeypatch.setenv("ERL_FAULT_KILL_ENV_SERVER", str(marker))
-    # The server's interpreter, with the fault hook on its path (the trainer's PYTHONPATH does not reach it).
+    # The server's interpreter, with the fault hook on its path (the trainer's PYTHONPATH does not
+    # reach it) and the simulator importable.
     python = tmp_path / "python"
-    python.write_text(f'#!/bin/sh\nPYTHONPATH="{FAULTS}:$PYTHONPATH" exec {sys.executable} "$@"\n')
+    python.write_text(f'#!/bin/sh\nunset ERL_BLOCK_IMPORTS\nPYTHONPATH="{FAULTS}:$PYTHONPATH" exec {sys.executable} "$@"\n')
     python.chmod(0o755)
     (tmp_path / "served.yaml").write_text(_served_run(tmp_path / "runs", tmp_path / "tiny", str(python), evaluate=False))
     proc = run_cli("train", str(tmp_path / "served.yaml"), ONE_SLOT, cwd=tmp_path)
