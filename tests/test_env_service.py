@@ -118,3 +118,28 @@ def test_a_server_killed_or_hung_mid_step_is_restarted_and_its_episodes_fail(cap
             env.chunk_step(actions)
     finally:
         env.close()
+
+
+@pytest.mark.slow
+@pytest.mark.maniskill
+def test_a_served_env_steps_as_the_same_env_in_process() -> None:
+    """Same reset ids, same actions: the same observations (images of lazily rendered chunks
+    included), rewards, flags and episodes served as in-process."""
+    results = []
+    for server in (None, ServerConfig(python=sys.executable)):
+        env = make_env(dataclasses.replace(cfg(server), max_episode_steps=12), 1)
+        try:
+            rng = np.random.default_rng(0)
+            trace = [env.reset()]
+            for _ in range(3):  # 3 x 4 steps: the episode's last chunk
+                r = env.chunk_step(rng.uniform(-1, 1, (1, 4, 7)).astype(np.float32))
+                trace.append((r.obs, r.rewards, r.terminations, r.truncations, [dataclasses.astuple(e) for e in r.episodes]))
+            results.append(trace)
+        finally:
+            env.close()
+    local, served = results
+    assert np.array_equal(local[0].main_images, served[0].main_images)
+    for a, b in zip(local[1:], served[1:]):
+        assert np.array_equal(a[0].main_images, b[0].main_images) and np.array_equal(a[0].states, b[0].states)
+        assert all(np.array_equal(x, y) for x, y in zip(a[1:4], b[1:4])) and a[4] == b[4]
+    assert local[-1][4], "the episode ran to its end in both"

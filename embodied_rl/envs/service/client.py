@@ -106,6 +106,10 @@ class ServedBackend(SimulatorBackend):
         stepped[slice(None) if ids is None else ids] = True
         try:
             out: BackendStep = self._call(Step(np.asarray(actions, np.float32), ids, render), self.opts.step_timeout_s)
+            if out.obs.main_images is None:  # a step that did not render: the images of the last observation
+                last = self._last if self._last is not None else self.observe(range(self.num_envs))
+                out.obs = dataclasses.replace(out.obs, main_images=last.main_images.copy(),
+                                              wrist_images=None if last.wrist_images is None else last.wrist_images.copy())
         except ServerFault as fault:
             if self._last is None:
                 raise RuntimeError("step before every sub-env was reset") from None

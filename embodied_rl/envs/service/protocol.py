@@ -90,7 +90,9 @@ class Reply:
     with a traceback otherwise) and whether it is a config error (bad names or parameters).
 
     Reset's value is (EnvObservation, [(task_id, instruction) per reset row]): the tasks change at
-    resets only, so the client answers `task_of` from them without a round trip."""
+    resets only, so the client answers `task_of` from them without a round trip. Step's value is a
+    BackendStep; after a step with render=False on a backend that renders on demand its images are
+    None: they are those of the last rendered observation, which the client already holds."""
 
     ok: bool
     value: Any = None

@@ -64,7 +64,11 @@ class Session:
             obs = self.backend.reset(msg.env_ids, msg.reset_ids)
             return obs, [self.backend.task_of(int(i)) for i in msg.env_ids]
         if isinstance(msg, Step):
-            return self.backend.step(msg.actions, msg.env_ids, render=msg.render)
+            out = self.backend.step(msg.actions, msg.env_ids, render=msg.render)
+            if not msg.render and self.backend.renders_on_demand:
+                # images unchanged since the last rendered observation, which the client holds: not sent
+                out.obs = dataclasses.replace(out.obs, main_images=None, wrist_images=None)
+            return out
         if isinstance(msg, Observe):
             return self.backend.observe(msg.env_ids)
         raise ValueError(f"unknown request {type(msg).__name__}")
