@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import socket
+import subprocess
 import sys
 import threading
 from multiprocessing import AuthenticationError
@@ -21,6 +23,7 @@ import pytest
 from embodied_rl.config.schema.env import EnvConfig, ServerConfig, SubprocConfig
 from embodied_rl.envs import make_env
 from embodied_rl.envs.service.client import ServedBackend
+from embodied_rl.envs.service.link import RemoteServer
 from embodied_rl.envs.service.protocol import KEY_ENV, PROTOCOL_VERSION
 from embodied_rl.envs.service.server import serve
 from embodied_rl.errors import ConfigError
@@ -143,3 +146,28 @@ def test_a_served_env_steps_as_the_same_env_in_process() -> None:
         assert np.array_equal(a[0].main_images, b[0].main_images) and np.array_equal(a[0].states, b[0].states)
         assert all(np.array_equal(x, y) for x, y in zip(a[1:4], b[1:4])) and a[4] == b[4]
     assert local[-1][4], "the episode ran to its end in both"
+
+
+def test_a_server_started_by_hand_through_the_cli(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`embodied-rl env-server --listen HOST:PORT`: refuses to start without a key or with a bad
+    address (one line, exit 2), else answers the handshake of an env worker holding the key."""
+    cli = [sys.executable, "-m", "embodied_rl.cli", "env-server", "--listen"]
+    env = {k: v for k, v in os.environ.items() if k != KEY_ENV}
+    for args, extra, expected in ((["127.0.0.1:0"], {}, f"error: embodied-rl env-server needs the connection key in {KEY_ENV}"),
+                                  (["nohost"], {KEY_ENV: "k"}, "error: env-server --listen: expected HOST:PORT")):
+        proc = subprocess.run([*cli, *args], env=env | extra, capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith(expected), proc.stderr
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([*cli, f"127.0.0.1:{port}"], env=env | {KEY_ENV: "test-key"}, stderr=subprocess.PIPE, text=True)
+    try:
+        assert "listening on" in server.stderr.readline()
+        monkeypatch.setenv(KEY_ENV, "test-key")
+        link = RemoteServer(f"127.0.0.1:{port}", "env.train")
+        conn, info = link.start(30.0)
+        assert info.version == PROTOCOL_VERSION and info.pid == server.pid
+        conn.close()
+    finally:
+        server.kill()
+        server.wait(timeout=30)
