@@ -171,3 +171,16 @@ def test_a_server_started_by_hand_through_the_cli(monkeypatch: pytest.MonkeyPatc
     finally:
         server.kill()
         server.wait(timeout=30)
+
+
+def test_a_mixture_task_sets_its_own_server() -> None:
+    """`server` is a task key: one task of a mixture served, the other in-process; a bad one names its task."""
+    from embodied_rl.configure import load_config
+    from embodied_rl.distributed.resources import Resources
+
+    tasks = f"env.train.tasks=[{{config: maniskill_push_cube}}, {{config: maniskill_pick_cube, server: {{python: {sys.executable}}}}}]"
+    cfg = load_config("maniskill_ppo_multitask_tiny", [tasks], resources=Resources(1, 2, "cpu"))
+    push, pick = cfg.env.train.tasks
+    assert push.server is None and pick.server == ServerConfig(python=sys.executable)
+    with pytest.raises(ConfigError, match=r"env.train.tasks\[1\].server.python=/nowhere does not exist"):
+        load_config("maniskill_ppo_multitask_tiny", [tasks.replace(sys.executable, "/nowhere")], resources=Resources(1, 2, "cpu"))
