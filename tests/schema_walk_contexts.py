@@ -85,11 +85,13 @@ def env_type_in(ctx: tuple[str, ...], mode: str) -> str | None:
 
 
 def present(ctx: tuple[str, ...], path: str) -> bool:
-    """Whether a plain `key=` sets the key in the context: it exists in the composed tree, or it
-    is a key of the model type's own config class (actor.model's keys need not be in the YAML);
-    else `+key=` adds it."""
+    """Whether a plain `key=` sets the key in the context: it exists in the composed tree (or in a
+    null optional section of it), or it is a key of the model type's own config class
+    (actor.model's keys need not be in the YAML); else `+key=` adds it."""
     node: Any = _tree(ctx)
     for part in path.split("."):
+        if node is None:  # a null optional section (env.train.server): `key=` fills it from its defaults
+            return True
         if not isinstance(node, dict) or part not in node:
             return _model_type_key(ctx, path)
         node = node[part]

@@ -14,6 +14,7 @@ import hashlib
 import io
 import os
 import re
+import sys
 import types
 import typing
 from collections.abc import Callable, Iterator
@@ -126,7 +127,9 @@ def _sample(tp: Any, help_text: str) -> list[Any]:
     if tp is float:
         return [0.5, 2.0, 1.5, 1e-6]
     if tp is str:
-        return [*documented_choices(help_text), "walk"]
+        # a key naming an interpreter takes a real one: any other path is refused by its check
+        interpreter = [sys.executable] if "Python interpreter" in help_text else []
+        return [*documented_choices(help_text), *interpreter, "walk"]
     if typing.get_origin(tp) is list:
         item = typing.get_args(tp)[0]
         return [[0], [1]] if item is int else [[-0.5, 0.5]] if item is float else [["walk"]]

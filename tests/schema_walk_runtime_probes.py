@@ -59,6 +59,7 @@ def probe_env(cfg: RootConfig, path: str) -> Any:
         out.append(env.pop_metrics())
         env.end_video()
         out.append((env.reset(), env.reset_ids.copy()))
+        out.append(type(env.backend).__name__)  # where the simulator runs: in-process or served (env.<mode>.server)
     finally:
         env.close()
     out.append(files_under(video_root) if video_root.exists() else None)

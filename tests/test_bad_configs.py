@@ -50,6 +50,11 @@ CASES: list[tuple[str, list[str], str]] = [
     ("train", ["env.train.reward_coef=.nan"], "env.train.reward_coef: must be a finite number"),
     ("train", ["env.train.action_adapter.scale=[1.0, 2.0]"], "env.train.action_adapter.scale has 2 values"),
     ("train", ["env.eval.subproc.step_timeout_s=0"], "env.eval.subproc.step_timeout_s: must be > 0"),
+    # env servers
+    ("train", ["env.train.server.python=/no/such/python"], "env.train.server.python=/no/such/python does not exist"),
+    ("train", ["env.train.server.address=nohost"], "env.train.server.address: expected HOST:PORT"),
+    ("train", ["env.train.server.address=127.0.0.1:7600"], "needs the server's connection key: set EMBODIED_RL_ENV_SERVER_KEY"),
+    ("train", ["env.train.server={python: /usr/bin/python3, address: 'h:1'}"], "env.train.server: set one of server.python"),
     ("train", ["env.train.init_params.obs_mode=state"], "env.train.init_params.obs_mode: expected one of 'rgb', got 'state'"),
     ("train", ["+env.train.init_params.bogus=1"], "bogus"),
     ("train", ["env.train=no_such_task"], "env.train: unknown env config 'no_such_task'"),

@@ -63,6 +63,7 @@ SMOKE: dict[str, Smoke] = {
                                   (MANISKILL,), timeout=1200),
     "brdf_table.py": Smoke(("--rounds", "1"), rf"make, wall, mean: .* sapien / zero = {NUM}x", (MANISKILL,)),
     "channel.py": Smoke(("--repeats", "1", "--batch", "1"), rf"speedup shm \(zero-copy\) vs ray object store: +{NUM}x"),
+    "env_server.py": Smoke(("--envs", "1", "--chunk-steps", "1", "--chunk", "2", "--rounds", "1"), rf"served / in-process: {NUM}x", (MANISKILL,)),
     "health_monitors.py": Smoke((), rf"false alarms: \d+ in \d+ steps.*\n.*overhead ratio {NUM}"),
     "kl_reference.py": Smoke(("--models", "tiny"), rf"\| tiny \| {NUM} \| frozen_adapters \| .*\| {NUM} \|"),
     "learning.py": Smoke(("--seeds", "0", "--minimal", "--algos", "ppo", "--out", "{tmp}"), r"\| PPO after \|", (MANISKILL,),

@@ -212,6 +212,8 @@ _SUBSYSTEM_COMMANDS = {
                "embodied_rl.cli.export:main", "checkpoint export (embodied-rl export)"),
     "demos": ("record scripted-expert demonstrations for SFT: demos [CONFIG] [key=value ...] --num-demos N --out DIR",
               "embodied_rl.cli.demos:main", "demonstrations (embodied-rl demos)"),
+    "env-server": ("serve simulators to env workers, e.g. on another host: env-server --listen HOST:PORT (key in EMBODIED_RL_ENV_SERVER_KEY)",
+                   "embodied_rl.envs.service.server:main", "env servers (embodied-rl env-server)"),
 }
 
 
@@ -240,9 +242,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Parse; `key=value` overrides may also follow options (eval CONFIG --compare A B k=v)."""
+    """Parse; `key=value` overrides may also follow options (eval CONFIG --compare A B k=v). A
+    subsystem's command gets everything after its name as it is, options first included
+    (env-server --listen HOST:PORT), which argparse's REMAINDER would not take."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in _SUBSYSTEM_COMMANDS:
+        return argparse.Namespace(command=args[0], argv=args[1:])
     parser = build_parser()
-    ns, rest = parser.parse_known_args(argv)
+    ns, rest = parser.parse_known_args(args)
     if rest:
         if not hasattr(ns, "args") or any(r.startswith("-") for r in rest):
             parser.error(f"unrecognized arguments: {' '.join(rest)}")

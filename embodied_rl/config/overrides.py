@@ -58,10 +58,13 @@ _QUOTE_HINT = "; quote the whole override so the shell keeps it in one piece: '{
 
 
 def _child_type(tp: Any, key: str) -> Any:
-    """Schema type of `key` inside a node of type `tp` (Any below free-form nodes)."""
+    """Schema type of `key` inside a node of type `tp` (Any below free-form nodes); key "": `tp`
+    itself without an Optional."""
     if typing.get_origin(tp) in (Union, types.UnionType):
         non_none = [a for a in typing.get_args(tp) if a is not type(None)]
         tp = non_none[0] if len(non_none) == 1 else Any
+    if not key:
+        return tp
     if dataclasses.is_dataclass(tp):
         return field_types(tp).get(key, Any)
     if typing.get_origin(tp) is dict:
@@ -85,8 +88,11 @@ def apply_override(tree: dict[str, Any], ov: Override) -> None:
                 node[part] = {}  # `+a.b.c=1` inside a free-form section creates a.b
             else:
                 _missing(node, tp, path, part, ov)
-        node, tp = node[part], _child_type(tp, part)
+        parent, node, tp = node, node[part], _child_type(tp, part)
         path = f"{path}.{part}" if path else part
+        tp = _child_type(tp, "")
+        if node is None and _is_fixed(tp):  # a null optional section (env.train.server): from its defaults
+            node = parent[part] = {}
         if not isinstance(node, dict):
             raise ConfigError(f"override '{ov.text}': '{path}' is a value, not a section")
         if dataclasses.is_dataclass(tp):

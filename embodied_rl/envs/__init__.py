@@ -47,36 +47,57 @@ def make_env(env_cfg: EnvConfig, num_envs: int, *, seed_offset: int = 0, video_d
 
 def _make_single(env_cfg: EnvConfig, num_envs: int, *, seed_offset: int, video_dir: str | None, env_worker: int, stage: int,
                  tag: str, key: str, groups: np.ndarray | None = None) -> ChunkedVectorEnv:
+    ChunkedVectorEnv.validate(env_cfg, num_envs)
+    backend: SimulatorBackend
+    if env_cfg.server is not None:  # the simulator runs in an env server; it knows the reset ids
+        from embodied_rl.envs.service.client import ServedBackend
+
+        backend = ServedBackend(env_cfg, num_envs, seed=env_cfg.seed + seed_offset, key=key)
+        try:
+            space = _sized(env_cfg, backend.split_reset_ids(env_cfg.reset_id_split), key)
+        except BaseException:
+            backend.close()
+            raise
+    else:
+        backend_cls, params = _backend_class(env_cfg, key)
+        space = _sized(env_cfg, backend_cls.reset_id_space(params, env_cfg.reset_id_split), key)
+        backend = backend_cls(env_cfg, params, num_envs, seed=env_cfg.seed + seed_offset)
+    try:
+        recorder = None
+        if env_cfg.video_cfg.save_video:
+            from embodied_rl.envs.video import VideoRecorder
+
+            recorder = VideoRecorder(
+                video_dir or env_cfg.video_cfg.video_base_dir, fps=env_cfg.video_cfg.fps,
+                info_on_video=env_cfg.video_cfg.info_on_video, tag=tag,
+                simulator=env_cfg.env_type, env_worker=env_worker, stage=stage,
+            )
+        return ChunkedVectorEnv(backend, env_cfg, reset_id_space=space, seed_offset=seed_offset, recorder=recorder, groups=groups)
+    except BaseException:
+        backend.close()
+        raise
+
+
+def _backend_class(env_cfg: EnvConfig, key: str) -> tuple[type[SimulatorBackend], object]:
     from embodied_rl.config.typecheck import build
 
     try:
         backend_cls = get_simulator(env_cfg.env_type)
     except KeyError as err:
         raise ConfigError(f"{key}.env_type: {err.args[0]}") from None
-    ChunkedVectorEnv.validate(env_cfg, num_envs)
     params = env_cfg.init_params
     if not isinstance(params, backend_cls.params_cls):
         params = build(backend_cls.params_cls, dict(params), f"{key}.init_params")
-    space = backend_cls.reset_id_space(params, env_cfg.reset_id_split)
-    size = env_cfg.size() if isinstance(env_cfg, MixtureTask) else None
-    if size is not None:
-        if size > len(space):
-            which = "train_size" if env_cfg.reset_id_split == "train" else "test_size"
-            raise ConfigError(f"{key}.{which}={size} exceeds the {len(space)} initial states of its {env_cfg.reset_id_split} split; "
-                              f"set it to at most {len(space)} or null")
-        space = space[:size]
-    recorder = None
-    if env_cfg.video_cfg.save_video:
-        from embodied_rl.envs.video import VideoRecorder
+    return backend_cls, params
 
-        recorder = VideoRecorder(
-            video_dir or env_cfg.video_cfg.video_base_dir, fps=env_cfg.video_cfg.fps,
-            info_on_video=env_cfg.video_cfg.info_on_video, tag=tag,
-            simulator=env_cfg.env_type, env_worker=env_worker, stage=stage,
-        )
-    backend = backend_cls(env_cfg, params, num_envs, seed=env_cfg.seed + seed_offset)
-    try:
-        return ChunkedVectorEnv(backend, env_cfg, reset_id_space=space, seed_offset=seed_offset, recorder=recorder, groups=groups)
-    except BaseException:
-        backend.close()
-        raise
+
+def _sized(env_cfg: EnvConfig, space, key: str):
+    """A mixture task's first train_size / test_size ids of its split."""
+    size = env_cfg.size() if isinstance(env_cfg, MixtureTask) else None
+    if size is None:
+        return space
+    if size > len(space):
+        which = "train_size" if env_cfg.reset_id_split == "train" else "test_size"
+        raise ConfigError(f"{key}.{which}={size} exceeds the {len(space)} initial states of its {env_cfg.reset_id_split} split; "
+                          f"set it to at most {len(space)} or null")
+    return space[:size]

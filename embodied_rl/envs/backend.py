@@ -201,6 +201,20 @@ def _import_builtin(module: str) -> None:
         raise
 
 
+def spec_of(env_cfg: Any, key: str) -> EnvSpec:
+    """The EnvSpec of an env config's sub-envs (`key`: its config path); nothing known for a
+    served simulator (env_cfg.server) that this interpreter does not have."""
+    from embodied_rl.config.typecheck import build
+
+    try:
+        backend = get_simulator(env_cfg.env_type)
+    except KeyError:
+        if env_cfg.server is not None:
+            return EnvSpec()
+        raise
+    return backend.env_spec(build(backend.params_cls, dict(env_cfg.init_params), f"{key}.init_params"))
+
+
 def available_simulators() -> list[str]:
     for module in BUILTIN_SIMULATORS.values():
         _import_builtin(module)

@@ -28,6 +28,8 @@ def _init_params(cfg: RootConfig) -> None:
             try:
                 backend = get_simulator(env_cfg.env_type)
             except KeyError as err:
+                if env_cfg.server is not None:
+                    continue  # a simulator only the server's environment has: the server checks its init_params
                 raise ConfigError(f"{path}.env_type: {err.args[0]} (is its simulator package installed?)") from err
             params_cls = getattr(backend, "params_cls", None)
             if params_cls is None or not dataclasses.is_dataclass(params_cls):
@@ -38,9 +40,13 @@ def _init_params(cfg: RootConfig) -> None:
 @RULES.config_check
 def _simulator_names(cfg: RootConfig) -> None:
     """Task ids, robots, controllers and cameras against the simulator's registries, so a typo
-    fails here instead of in every env worker after Ray started; sections a run uses only."""
+    fails here instead of in every env worker after Ray started; sections a run uses only. A
+    served simulator's names are checked by its server, at start (the registries are the
+    simulator's, which the trainer's environment need not have)."""
     for mode in used_modes(cfg):
         for path, env in getattr(cfg.env, mode).task_configs(f"env.{mode}"):
+            if env.server is not None:
+                continue
             key = f"{path}.init_params"
             backend = get_simulator(env.env_type)
             backend.check_names(build(backend.params_cls, dict(env.init_params), key), key)
@@ -101,6 +107,37 @@ def _env_episodes(cfg: RootConfig) -> None:
                 raise ConfigError(f"{key}.subproc.{name}: must be > 0 seconds, got {getattr(sub, name)}")
         if sub.max_restarts < 0:
             raise ConfigError(f"{key}.subproc.max_restarts: must be >= 0, got {sub.max_restarts}")
+
+@RULES.config_check
+def _env_servers(cfg: RootConfig) -> None:
+    """An env server is either spawned with an interpreter that exists here or reached at an address,
+    with the key a server started by hand reads."""
+    import os
+
+    from embodied_rl.envs.service.protocol import KEY_ENV, parse_address
+
+    for mode in used_modes(cfg):
+        for key, env in getattr(cfg.env, mode).task_configs(f"env.{mode}"):
+            server = env.server
+            if server is None:
+                continue
+            if (server.python is None) == (server.address is None):
+                raise ConfigError(f"{key}.server: set one of server.python (an interpreter to spawn the server with) or "
+                                  f"server.address (HOST:PORT of a server started by hand), or {key}.server=null to run in-process")
+            if server.python is not None:
+                if not os.path.isfile(server.python) or not os.access(server.python, os.X_OK):
+                    what = "is not executable" if os.path.isfile(server.python) else "does not exist"
+                    raise ConfigError(f"{key}.server.python={server.python} {what}; give the path of the Python interpreter of the "
+                                      "simulator's virtual environment, e.g. /path/to/venv/bin/python")
+                continue
+            try:
+                parse_address(server.address)
+            except ValueError as err:
+                raise ConfigError(f"{key}.server.address: {err}") from None
+            if not os.environ.get(KEY_ENV):
+                raise ConfigError(f"{key}.server.address={server.address} needs the server's connection key: set {KEY_ENV} "
+                                  "here to the value the server was started with")
+
 
 @RULES.config_check
 def _held_out_eval(cfg: RootConfig) -> None:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import math
 
 from embodied_rl.config.schema.env import EnvConfig
-from embodied_rl.config.typecheck import build
-from embodied_rl.envs.backend import get_simulator
+from embodied_rl.envs.backend import spec_of
 from embodied_rl.envs.mixture import task_counts
 from embodied_rl.errors import ConfigError
 
@@ -29,8 +28,7 @@ def check_mixture(env: EnvConfig, key: str) -> None:
         size = getattr(task, used)
         if size is not None and size < 1:
             raise ConfigError(f"{task_key}.{used}: must be >= 1 initial states, or null for all, got {size}")
-        backend = get_simulator(task.env_type)
-        spec = backend.env_spec(build(backend.params_cls, dict(task.init_params), f"{task_key}.init_params"))
+        spec = spec_of(task, task_key)
         if first_spec is None:
             first_spec, first_key = spec, task_key
             continue

@@ -132,11 +132,9 @@ def count_activations(policy: BasePolicy, obs: EnvObservation, device: torch.dev
 def example_observation(model_cfg: ModelConfig, env_cfg: EnvConfig, batch: int) -> EnvObservation | str:
     """A batch of `batch` blank observations of the shapes `env_cfg` gives (its EnvSpec), or why
     the spec does not tell them."""
-    from embodied_rl.config.typecheck import build
-    from embodied_rl.envs.backend import get_simulator
+    from embodied_rl.envs.backend import spec_of
 
-    backend = get_simulator(env_cfg.env_type)
-    spec = backend.env_spec(build(backend.params_cls, dict(env_cfg.init_params), "init_params"))
+    spec = spec_of(env_cfg, "env")
     if spec.image_size is None or spec.cameras is None:
         return f"{env_cfg.env_type}'s image size is known only once it runs"
     image = np.zeros((batch, *spec.image_size, 3), dtype=np.uint8)

@@ -116,8 +116,7 @@ def _policy_fits_env(cfg: RootConfig) -> None:
     from (model_path without create_preset) against both, from its JSON files. Else a mismatch
     shows only once the workers run (a shape error), or never (a resized picture)."""
     from embodied_rl.config.plan import used_modes
-    from embodied_rl.config.typecheck import build
-    from embodied_rl.envs.backend import get_simulator
+    from embodied_rl.envs.backend import spec_of
 
     m = cfg.actor.model
     ckpt = _starting_checkpoint(cfg)
@@ -132,8 +131,7 @@ def _policy_fits_env(cfg: RootConfig) -> None:
             if want is not None and have is not None and want != have:
                 raise ConfigError(f"actor.model.{name}={want} but {where} takes {have} {what}; set actor.model.{name}={have}")
     for key, env in (task for mode in used_modes(cfg) for task in getattr(cfg.env, mode).task_configs(f"env.{mode}")):
-        backend = get_simulator(env.env_type)
-        spec = backend.env_spec(build(backend.params_cls, dict(env.init_params), f"{key}.init_params"))
+        spec = spec_of(env, key)
         if spec.cameras is not None and m.num_images_in_input > spec.cameras:
             raise ConfigError(f"actor.model.num_images_in_input={m.num_images_in_input} but {key} ({env.env_type}) gives {spec.cameras} "
                               f"camera image(s) per observation; set actor.model.num_images_in_input={spec.cameras} or add a wrist camera "

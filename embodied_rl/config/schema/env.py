@@ -45,6 +45,14 @@ class SubprocConfig:
 
 
 @dataclass
+class ServerConfig:
+    """Where the simulator runs when not in the env worker's own interpreter (docs/ENVIRONMENTS.md)."""
+
+    python: str | None = field(default=None, metadata={"help": "Python interpreter of the simulator's own virtual environment (e.g. /opt/libero-venv/bin/python): each env worker stage starts an env server with it (python -m embodied_rl.envs.service) and restarts it when it dies or hangs (env.subproc deadlines and max_restarts). Exclusive with address."})
+    address: str | None = field(default=None, metadata={"help": "HOST:PORT of an env server started by hand (embodied-rl env-server --listen HOST:PORT), e.g. on another host; both sides need the same EMBODIED_RL_ENV_SERVER_KEY. Exclusive with python."})
+
+
+@dataclass
 class EnvConfig:
     env_type: str = field(default="???", metadata={"help": "Simulator backend: maniskill | libero."})
     total_num_envs: int | None = field(default=None, metadata={"help": "Sub-envs over all env workers; a multiple of env processes x rollout.pipeline_stage_num x group_size. null = derived from the machine at start: groups_per_stage groups per stage of every env worker (env processes x stages x groups_per_stage x group_size)."})
@@ -63,7 +71,8 @@ class EnvConfig:
     subproc: SubprocConfig = field(default_factory=SubprocConfig)
     action_adapter: ActionAdapterConfig = field(default_factory=ActionAdapterConfig)
     init_params: dict[str, Any] = field(default_factory=dict, metadata={"help": "Simulator-specific parameters, validated against the backend's schema (see docs/CONFIG.md)."})
-    tasks: list[MixtureTask] = field(default_factory=list, metadata={"help": "A mixture: several tasks (each an env config with its share of the sub-envs) stepped side by side in one rollout, one policy acting in all; empty = the single env config of this section. Each entry: config (an env config name in env_configs/ or a YAML path), share (weight; default 1), train_size / test_size (the first N initial states of the split the section draws from; null = all), and any of env_type, max_episode_steps, use_rel_reward, reward_coef, task_description, action_adapter, init_params for that task alone. The section's own keys apply to every task; its rollout-shaping keys (total_num_envs, groups_per_stage, group_size, auto_reset, ignore_terminations, use_fixed_reset_state_ids, reset_id_split, seed, video_cfg, subproc) only there. Metrics, evaluation intervals and videos are broken down per task (docs/ENVIRONMENTS.md)."})
+    server: ServerConfig | None = field(default=None, metadata={"help": "Run the simulator in an env server, a separate process with its own interpreter (server.python) or one started by hand (server.address), speaking a small versioned protocol (docs/ENVIRONMENTS.md). null = in the env worker's process (its sub-env pool), the default."})
+    tasks: list[MixtureTask] = field(default_factory=list, metadata={"help": "A mixture: several tasks (each an env config with its share of the sub-envs) stepped side by side in one rollout, one policy acting in all; empty = the single env config of this section. Each entry: config (an env config name in env_configs/ or a YAML path), share (weight; default 1), train_size / test_size (the first N initial states of the split the section draws from; null = all), and any of env_type, max_episode_steps, use_rel_reward, reward_coef, task_description, action_adapter, init_params, server for that task alone. The section's own keys apply to every task; its rollout-shaping keys (total_num_envs, groups_per_stage, group_size, auto_reset, ignore_terminations, use_fixed_reset_state_ids, reset_id_split, seed, video_cfg, subproc) only there. Metrics, evaluation intervals and videos are broken down per task (docs/ENVIRONMENTS.md)."})
 
     def task_configs(self, key: str) -> list[tuple[str, EnvConfig]]:
         """(config path, env config) of every task this section runs: itself, or its mixture's tasks."""
@@ -77,7 +86,8 @@ class EnvConfig:
 SECTION_KEYS = ("total_num_envs", "groups_per_stage", "auto_reset", "ignore_terminations", "use_fixed_reset_state_ids",
                 "reset_id_split", "group_size", "seed", "video_cfg", "subproc")
 #: Keys a mixture task may set for itself (in its env config or inline).
-TASK_KEYS = ("env_type", "max_episode_steps", "use_rel_reward", "reward_coef", "task_description", "action_adapter", "init_params")
+TASK_KEYS = ("env_type", "max_episode_steps", "use_rel_reward", "reward_coef", "task_description", "action_adapter", "init_params",
+             "server")
 
 
 @dataclass

@@ -1,0 +1,77 @@
+"""Proof of isolation, through the real CLI: PPO on ManiSkill PushCube-v1 served from a second
+interpreter while the trainer's processes (driver and Ray workers) cannot import the simulator,
+and a run whose env server is killed mid-step and goes on.
+
+The trainer runs with tests/faults first on its PYTHONPATH and ERL_BLOCK_IMPORTS=mani_skill,sapien
+(tests/faults/sitecustomize.py makes those imports fail in every process that inherits this
+environment). A spawned env server gets PYTHONPATH = the package root only (its interpreter's own
+environment provides the rest), so the simulator loads there and nowhere else.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cli_runs import ONE_SLOT, read_metrics, run_cli
+from tests.tiny_runs import EVAL_64, tiny_run
+
+pytestmark = [pytest.mark.slow, pytest.mark.maniskill]
+
+FAULTS = Path(__file__).parent / "faults"
+BLOCKED = "mani_skill,sapien"
+
+
+def _served_run(out: Path, model: Path, python: str, *, evaluate: bool) -> str:
+    server = {"python": python}
+    env = {"train": {"total_num_envs": 2, "server": server},
+           "eval": {**EVAL_64, "total_num_envs": 1, "auto_reset": False, "ignore_terminations": True, "max_episode_steps": 8,
+                    "server": server}}
+    runner = {"experiment_name": "served", "val_check_interval": 2 if evaluate else -1, "val_before_train": False}
+    return tiny_run(out, model, {
+        "defaults": ["env/maniskill_push_cube@env.train", "env/maniskill_push_cube@env.eval"],
+        "runner": runner, "env": env, "actor": {"global_batch_size": 4},
+        "algorithm": {"eval_rollout_epoch": 1, "sampling_params": {"eval_scoring": ["greedy"]}},
+    })
+
+
+def _block_simulator(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(FAULTS), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("ERL_BLOCK_IMPORTS", BLOCKED)
+    probe = subprocess.run([sys.executable, "-c", "import mani_skill"], capture_output=True, text=True, check=False)
+    assert probe.returncode != 0 and "No module named 'mani_skill'" in probe.stderr, probe.stderr
+
+
+def test_trains_and_evaluates_on_a_simulator_the_trainer_cannot_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _block_simulator(monkeypatch)
+    (tmp_path / "served.yaml").write_text(_served_run(tmp_path / "runs", tmp_path / "tiny", sys.executable, evaluate=True))
+    proc = run_cli("train", str(tmp_path / "served.yaml"), ONE_SLOT, cwd=tmp_path)
+    metrics = read_metrics(tmp_path / "runs" / "served")
+    assert sorted(metrics) == [1, 2]
+    assert all(m["env/num_trajectories"] > 0 and m["env/fail_rate"] == 0 for m in metrics.values())
+    assert metrics[2]["eval/num_trajectories"] >= 1 and 0.0 <= metrics[2]["eval/success_once"] <= 1.0
+    out = proc.stdout + proc.stderr
+    assert "sub-envs of maniskill" in out and "restarting" not in out  # the servers built the simulator, and never failed
+
+
+def test_a_server_killed_mid_step_fails_its_episodes_and_the_run_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _block_simulator(monkeypatch)
+    marker = tmp_path / "server_killed"
+    monkeypatch.setenv("ERL_FAULT_KILL_ENV_SERVER", str(marker))
+    # The server's interpreter, with the fault hook on its path (the trainer's PYTHONPATH does not
+    # reach it) and the simulator importable.
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nunset ERL_BLOCK_IMPORTS\nPYTHONPATH="{FAULTS}:$PYTHONPATH" exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    (tmp_path / "served.yaml").write_text(_served_run(tmp_path / "runs", tmp_path / "tiny", str(python), evaluate=False))
+    proc = run_cli("train", str(tmp_path / "served.yaml"), ONE_SLOT, cwd=tmp_path)
+    assert marker.is_file(), "the server was not killed"
+    out = proc.stdout + proc.stderr
+    assert "failed during step: connection lost during step" in out and "its episodes in flight count as failed" in out
+    metrics = read_metrics(tmp_path / "runs" / "served")
+    assert sorted(metrics) == [1, 2]
+    assert metrics[1]["env/fail_rate"] > 0  # the episodes in flight, reported failed
+    assert metrics[2]["env/fail_rate"] == 0 and metrics[2]["env/num_trajectories"] > 0
