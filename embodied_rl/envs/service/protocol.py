@@ -9,7 +9,6 @@ closes the backend too). Bump PROTOCOL_VERSION whenever a message or reply chang
 from __future__ import annotations
 
 import os
-import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,7 +100,7 @@ class Reply:
 
 
 def new_key() -> bytes:
-    return secrets.token_bytes(32)
+    return os.urandom(32)
 
 
 def key_from_env(where: str) -> bytes:
@@ -109,7 +108,7 @@ def key_from_env(where: str) -> bytes:
     value = os.environ.get(KEY_ENV, "")
     if not value:
         raise ConfigError(f"{where} needs the connection key in {KEY_ENV} (the same on the server and the trainer), e.g. "
-                       f"export {KEY_ENV}=$(python -c 'import secrets; print(secrets.token_hex(32))')")
+                       f"export {KEY_ENV}=$(python -c 'import os; print(os.urandom(32).hex())')")
     return value.encode()
 
 
