@@ -110,11 +110,14 @@ def check_environment(run: Path) -> None:
 
 def check_eval_only(run: Path) -> dict:
     """What an `embodied-rl eval` run of a checkpoint writes with a shipped config's scorings
-    (greedy and sampled, greedy primary); returns its metrics row."""
+    (the run's algorithm.sampling_params.eval_scoring, the first primary); returns its metrics row."""
+    import yaml
+
     (row,) = read_metrics(run).values()
+    scorings = yaml.safe_load((run / "config.yaml").read_text())["algorithm"]["sampling_params"]["eval_scoring"]
     assert 0.0 <= row["eval/success_once"] <= 1.0 and row["eval/num_trajectories"] >= 1
-    assert row["eval/greedy/success_once"] == row["eval/success_once"]
-    assert row["eval/sampled/num_trajectories"] == row["eval/num_trajectories"]
+    assert row[f"eval/{scorings[0]}/success_once"] == row["eval/success_once"]
+    assert all(row[f"eval/{s}/num_trajectories"] == row["eval/num_trajectories"] for s in scorings)
     assert any(sidecars(run, "eval").values())
     check_environment(run)
     return row
