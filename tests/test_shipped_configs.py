@@ -52,7 +52,11 @@ EVAL_ONLY_ELSEWHERE = {"maniskill_sft_tiny": "tests/test_sft.py",
                        "maniskill_ppo_pick_cube": "maniskill_sft_pick_cube_tiny", "maniskill_grpo_pick_cube": "maniskill_sft_pick_cube_tiny",
                        # PickCube from the tiny preset: the same env config as maniskill_sft_pick_cube_tiny; the
                        # eval-only run of a PPO checkpoint with its value head is tests/test_runtime_e2e.py's
-                       "maniskill_ppo_tiny": "maniskill_sft_pick_cube_tiny", "maniskill_grpo_tiny": "maniskill_sft_pick_cube_tiny"}
+                       "maniskill_ppo_tiny": "maniskill_sft_pick_cube_tiny", "maniskill_grpo_tiny": "maniskill_sft_pick_cube_tiny",
+                       # the eval-only run of a cnn_gaussian PPO checkpoint (and its export) is there
+                       "maniskill_cnn_gaussian_sft": "tests/test_cnn_gaussian.py", "maniskill_cnn_gaussian_ppo": "tests/test_cnn_gaussian.py",
+                       # a mixture's eval-only run with its per-task checks, and LIBERO's, are the other two's
+                       "libero_grpo_mixture_tiny": "maniskill_ppo_multitask_tiny and libero_grpo_tiny"}
 
 
 def _two_libero_tasks(run: Path) -> None:
