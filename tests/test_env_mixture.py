@@ -126,7 +126,7 @@ def test_mixture_tasks_step_side_by_side_like_single_task_runs(configured_proces
 
 def test_grpo_groups_never_mix_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Groups of 2 over three tasks of the example plug-in's point simulator (real sub-env processes):
-    in the second stage of a 12-sub-env run, each group's two rows belong to one task and start
+    in the second stage of an 8-sub-env run, each group's two rows belong to one task and start
     from one reset id."""
     from pathlib import Path
 
@@ -134,18 +134,18 @@ def test_grpo_groups_never_mix_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.syspath_prepend(str(Path(__file__).parent / "plugin_example"))
     __import__("erl_example_plugin")
-    tasks = [MixtureTask(env_type="point_reach", init_params={"step_size": s}, share=w, group_size=2, total_num_envs=12)
+    tasks = [MixtureTask(env_type="point_reach", init_params={"step_size": s}, share=w, group_size=2, total_num_envs=8)
              for s, w in ((0.1, 1.0), (0.2, 1.0), (0.3, 2.0))]
     section = dataclasses.replace(tasks[0], env_type="mixture", tasks=tasks, init_params={})
-    env = make_env(section, 6, seed_offset=1)
+    env = make_env(section, 4, seed_offset=1)
     try:
         obs_rows = {float(e.cfg.init_params["step_size"]): rows.tolist() for rows, e in env.parts}
         env.reset()
-        ids = np.empty(6, np.int64)
+        ids = np.empty(4, np.int64)
         for rows, part in env.parts:
             ids[rows] = part.reset_ids
             assert len(rows) % 2 == 0 and all(rows[i] % 2 == 0 and rows[i + 1] == rows[i] + 1 for i in range(0, len(rows), 2))
         assert np.array_equal(ids[0::2], ids[1::2])
-        assert sum(len(r) for r in obs_rows.values()) == 6 and set(obs_rows) <= {0.1, 0.2, 0.3}
+        assert sum(len(r) for r in obs_rows.values()) == 4 and set(obs_rows) <= {0.1, 0.2, 0.3}
     finally:
         env.close()
