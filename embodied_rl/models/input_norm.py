@@ -1,10 +1,14 @@
 """Running standardisation of an input vector, shared by the policies' asymmetric critics."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
+from embodied_rl.errors import ConfigError
 from embodied_rl.moments import merge_moments
+from embodied_rl.types import EnvObservation
 
 
 class InputNormalizer(nn.Module):
@@ -40,3 +44,16 @@ class InputNormalizer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return ((x - self.mean.to(x.dtype)) / torch.sqrt(self.var.to(x.dtype) + self.eps)).clamp(-self.clip, self.clip)
+
+
+def privileged_input(model_cfg: Any, obs: EnvObservation) -> torch.Tensor | None:
+    """The asymmetric critic's input float [N, P] from `obs` (None when the policy's critic reads
+    its own features, or the env gives no privileged state, e.g. in evaluation), its size checked
+    against actor.model.privileged_state_dim."""
+    if model_cfg.value_input != "privileged_state" or obs.privileged_states is None:
+        return None
+    privileged = torch.as_tensor(obs.privileged_states, dtype=torch.float32)
+    if privileged.shape[-1] != model_cfg.privileged_state_dim:
+        raise ConfigError(f"actor.model.privileged_state_dim={model_cfg.privileged_state_dim} but the env's privileged state "
+                          f"has {privileged.shape[-1]} values; set it to {privileged.shape[-1]}")
+    return privileged

@@ -28,6 +28,7 @@ from embodied_rl.models.cnn_gaussian.network import (
 from embodied_rl.models.cnn_gaussian.persistence import CheckpointIO
 from embodied_rl.models.cnn_gaussian.statistics import Bounds, pick_entry
 from embodied_rl.models.generators import GeneratorLike
+from embodied_rl.models.input_norm import privileged_input
 from embodied_rl.models.registry import register_policy
 from embodied_rl.types import EnvObservation
 
@@ -122,11 +123,7 @@ class CNNGaussianPolicy(CheckpointIO, BasePolicy):
                 raise ConfigError(f"actor.model.proprio_dim={self.arch.state_dim} but the env state has {states.shape[-1]} values; "
                                   f"use a checkpoint made for {states.shape[-1]}")
             out["states"] = self.state_norm.normalize(states)
-        if self.model_cfg.value_input == "privileged_state" and obs.privileged_states is not None:
-            privileged = torch.as_tensor(obs.privileged_states, dtype=torch.float32)
-            if privileged.shape[-1] != self.model_cfg.privileged_state_dim:
-                raise ConfigError(f"actor.model.privileged_state_dim={self.model_cfg.privileged_state_dim} but the env's privileged "
-                                  f"state has {privileged.shape[-1]} values; set it to {privileged.shape[-1]}")
+        if (privileged := privileged_input(self.model_cfg, obs)) is not None:
             out["privileged"] = privileged
         return out
 

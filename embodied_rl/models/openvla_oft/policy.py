@@ -13,6 +13,7 @@ from torch import nn
 from embodied_rl.errors import CheckpointError, ConfigError
 from embodied_rl.models.base import BasePolicy, PolicyOutput, Scoring
 from embodied_rl.models.generators import GeneratorLike
+from embodied_rl.models.input_norm import privileged_input
 from embodied_rl.models.openvla_oft import lora
 from embodied_rl.models.openvla_oft import sampling as S
 from embodied_rl.models.openvla_oft.actions import (
@@ -127,11 +128,7 @@ class OpenVLAOFTPolicy(OFTCheckpointIO, BasePolicy):
             if states.shape[-1] != self.model_cfg.proprio_dim:
                 raise ConfigError(f"actor.model.proprio_dim={self.model_cfg.proprio_dim} but the env state has {states.shape[-1]} dims")
             out["proprio"] = self.proprio_norm.normalize(states)
-        if self.model_cfg.value_input == "privileged_state" and obs.privileged_states is not None:
-            privileged = torch.as_tensor(obs.privileged_states, dtype=torch.float32)
-            if privileged.shape[-1] != self.model_cfg.privileged_state_dim:
-                raise ConfigError(f"actor.model.privileged_state_dim={self.model_cfg.privileged_state_dim} but the env's privileged state "
-                                  f"has {privileged.shape[-1]} values; set it to {privileged.shape[-1]}")
+        if (privileged := privileged_input(self.model_cfg, obs)) is not None:
             out["privileged"] = privileged
         return out
 
