@@ -57,3 +57,26 @@ def privileged_input(model_cfg: Any, obs: EnvObservation) -> torch.Tensor | None
         raise ConfigError(f"actor.model.privileged_state_dim={model_cfg.privileged_state_dim} but the env's privileged state "
                           f"has {privileged.shape[-1]} values; set it to {privileged.shape[-1]}")
     return privileged
+
+
+class PrivilegedCritic:
+    """What a policy whose `value_head` (an MLP `.mlp` with an optional `.input_norm`) may read the
+    privileged state shares with every such policy: the values from that state alone, and the
+    running statistics of its input. Mixed in before BasePolicy."""
+
+    value_head: Any
+    model_cfg: Any
+
+    def _state_values(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.value_head is None or self.model_cfg.value_input != "privileged_state":
+            raise ConfigError("state values need the asymmetric critic: set actor.model.add_value_head=true and value_input=privileged_state")
+        if "privileged" not in inputs:
+            raise ConfigError("actor.model.value_input=privileged_state but the observation has no privileged state; "
+                              "set env.train.init_params.privileged_state=true")
+        weight = self.value_head.mlp[0].weight
+        return self.value_head(inputs["privileged"].to(weight.device, weight.dtype)).float()
+
+    def observe_training_batch(self, forward_inputs: dict[str, torch.Tensor]) -> None:
+        """The asymmetric critic's input statistics take in the batch's privileged states."""
+        if self.value_head is not None and self.value_head.input_norm is not None and "privileged" in forward_inputs:
+            self.value_head.input_norm.update(forward_inputs["privileged"])

@@ -28,7 +28,7 @@ from embodied_rl.models.cnn_gaussian.network import (
 from embodied_rl.models.cnn_gaussian.persistence import CheckpointIO
 from embodied_rl.models.cnn_gaussian.statistics import Bounds, pick_entry
 from embodied_rl.models.generators import GeneratorLike
-from embodied_rl.models.input_norm import privileged_input
+from embodied_rl.models.input_norm import PrivilegedCritic, privileged_input
 from embodied_rl.models.registry import register_policy
 from embodied_rl.types import EnvObservation
 
@@ -58,7 +58,7 @@ def check_fits(cfg: CNNGaussianConfig, arch: CNNGaussianArch) -> None:
 
 
 @register_policy("cnn_gaussian")
-class CNNGaussianPolicy(CheckpointIO, BasePolicy):
+class CNNGaussianPolicy(CheckpointIO, PrivilegedCritic, BasePolicy):
     """Inputs (batch-first): images uint8 [B, 3*N_img, S, S]; states float32 [B, D] (normalised,
     with use_proprio); privileged float32 [B, P] (asymmetric critic only)."""
 
@@ -144,20 +144,6 @@ class CNNGaussianPolicy(CheckpointIO, BasePolicy):
         if self.model_cfg.value_input == "privileged_state":
             return self._state_values(inputs)
         return self.value_head(feats).float()
-
-    def _state_values(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        if self.value_head is None or self.model_cfg.value_input != "privileged_state":
-            raise ConfigError("state values need the asymmetric critic: set actor.model.add_value_head=true and value_input=privileged_state")
-        if "privileged" not in inputs:
-            raise ConfigError("actor.model.value_input=privileged_state but the observation has no privileged state; "
-                              "set env.train.init_params.privileged_state=true")
-        weight = self.value_head.mlp[0].weight
-        return self.value_head(inputs["privileged"].to(weight.device, weight.dtype)).float()
-
-    def observe_training_batch(self, forward_inputs: dict[str, torch.Tensor]) -> None:
-        """The asymmetric critic's input statistics take in the batch's privileged states."""
-        if self.value_head is not None and self.value_head.input_norm is not None and "privileged" in forward_inputs:
-            self.value_head.input_norm.update(forward_inputs["privileged"])
 
     def _score(self, inputs: dict[str, torch.Tensor], temperature: float, compute_values: bool
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:

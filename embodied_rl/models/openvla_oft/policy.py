@@ -13,7 +13,7 @@ from torch import nn
 from embodied_rl.errors import CheckpointError, ConfigError
 from embodied_rl.models.base import BasePolicy, PolicyOutput, Scoring
 from embodied_rl.models.generators import GeneratorLike
-from embodied_rl.models.input_norm import privileged_input
+from embodied_rl.models.input_norm import PrivilegedCritic, privileged_input
 from embodied_rl.models.openvla_oft import lora
 from embodied_rl.models.openvla_oft import sampling as S
 from embodied_rl.models.openvla_oft.actions import (
@@ -45,7 +45,7 @@ def tower_norm_stats(core: OpenVLAOFTModel) -> tuple[list, list]:
 
 
 @register_policy("openvla_oft")
-class OpenVLAOFTPolicy(OFTCheckpointIO, BasePolicy):
+class OpenVLAOFTPolicy(OFTCheckpointIO, PrivilegedCritic, BasePolicy):
     """Inputs (batch-first): input_ids/attention_mask int64 [B, L] (left-padded, BOS first),
     images uint8 [B, 3*N_img, S, S] (resized cameras, normalised inside forward), proprio float32 [B, D] (normalised)."""
 
@@ -153,11 +153,6 @@ class OpenVLAOFTPolicy(OFTCheckpointIO, BasePolicy):
         values = self.critic_values(hidden, inputs) if compute_values and self.value_head is not None else None
         return logits, values
 
-    def observe_training_batch(self, forward_inputs: dict[str, torch.Tensor]) -> None:
-        """The asymmetric critic's input statistics take in the batch's privileged states."""
-        if self.value_head is not None and self.value_head.input_norm is not None and "privileged" in forward_inputs:
-            self.value_head.input_norm.update(forward_inputs["privileged"])
-
     def critic_values(self, hidden: torch.Tensor, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """float [B, value_dim] from the readout hidden states [B, T, H] or the privileged state."""
         assert self.value_head is not None
@@ -165,15 +160,6 @@ class OpenVLAOFTPolicy(OFTCheckpointIO, BasePolicy):
             return self._state_values(inputs)
         # The hidden state just before the first action slot (the '▁' token) summarises the observation.
         return self.value_head(hidden[:, 0]).float()
-
-    def _state_values(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        if self.value_head is None or self.model_cfg.value_input != "privileged_state":
-            raise ConfigError("state values need the asymmetric critic: set actor.model.add_value_head=true and value_input=privileged_state")
-        if "privileged" not in inputs:
-            raise ConfigError("actor.model.value_input=privileged_state but the observation has no privileged state; "
-                              "set env.train.init_params.privileged_state=true")
-        weight = self.value_head.mlp[0].weight
-        return self.value_head(inputs["privileged"].to(weight.device, weight.dtype)).float()
 
     def _predict(self, inputs: dict[str, torch.Tensor], *, do_sample: bool, temperature: float,
                  compute_values: bool = True, generator: GeneratorLike = None) -> PolicyOutput:
