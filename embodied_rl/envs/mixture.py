@@ -58,19 +58,22 @@ class MixtureVectorEnv:
     def __init__(self, parts: Sequence[tuple[np.ndarray, ChunkedVectorEnv]], names: Sequence[str]) -> None:
         self.parts, self.names = list(parts), list(names)
         self.num_envs = sum(len(rows) for rows, _ in self.parts)
-        covered = np.sort(np.concatenate([rows for rows, _ in self.parts]))
-        if not np.array_equal(covered, np.arange(self.num_envs)):
+        stacked = np.concatenate([rows for rows, _ in self.parts])
+        if not np.array_equal(np.sort(stacked), np.arange(self.num_envs)):
             raise ValueError("MixtureVectorEnv: the parts' rows must partition the stage's sub-envs")
+        self._order = np.argsort(stacked, kind="stable")  # the parts' rows, concatenated -> the stage's order
 
     # ------------------------------------------------------------------ rows
     def _join(self, obs: Sequence[EnvObservation]) -> EnvObservation:
+        return EnvObservation.concat(obs).rows(self._order)
+
+    def _check_shapes(self, obs: Sequence[EnvObservation]) -> None:
+        """At each reset (shapes cannot change within an epoch): the tasks' observations must stack."""
         shapes = {(o.main_images.shape[1:], o.states.shape[1:], None if o.privileged_states is None else o.privileged_states.shape[1:],
                    o.wrist_images is None) for o in obs}
         if len(shapes) > 1:
             raise ConfigError(f"env mixture: tasks {', '.join(self.names)} give observations of different shapes "
                               "(image size, cameras, state or privileged-state size); give every task the same")
-        order = np.argsort(np.concatenate([rows for rows, _ in self.parts]), kind="stable")
-        return EnvObservation.concat(obs).rows(order)
 
     def _scatter(self, parts: Sequence[np.ndarray]) -> np.ndarray:
         out = np.empty((self.num_envs, *parts[0].shape[1:]), parts[0].dtype)
@@ -107,7 +110,9 @@ class MixtureVectorEnv:
             env.set_reset_ids(None if ids is None else np.asarray(ids)[rows])
 
     def reset(self, fixed_epoch: int = FIXED_EPOCH, *, repeat: bool = False) -> EnvObservation:
-        return self._join([env.reset(fixed_epoch, repeat=repeat) for _, env in self.parts])
+        obs = [env.reset(fixed_epoch, repeat=repeat) for _, env in self.parts]
+        self._check_shapes(obs)
+        return self._join(obs)
 
     def chunk_step(self, actions: np.ndarray) -> ChunkStepResult:
         """Execute actions float32 [N, C, A]: each task's rows in its own env."""
