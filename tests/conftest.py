@@ -30,7 +30,7 @@ from embodied_rl.process_env import configure_process_env
 if TYPE_CHECKING:
     import torch
 
-pytest_plugins = ["tests.ray_fixtures"]
+pytest_plugins = ["tests.ray_fixtures", "tests.plugin_fixtures"]
 
 configure_process_env()
 # The in-process sub-env pools of the whole session fork from one server, started by whichever

@@ -124,16 +124,12 @@ def test_mixture_tasks_step_side_by_side_like_single_task_runs(configured_proces
             single.close()
 
 
-def test_grpo_groups_never_mix_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_grpo_groups_never_mix_tasks(example_plugin: None) -> None:
     """Groups of 2 over three tasks of the example plug-in's point simulator (real sub-env processes):
     in the second stage of an 8-sub-env run, each group's two rows belong to one task and start
     from one reset id."""
-    from pathlib import Path
-
     from embodied_rl.config.schema.env import MixtureTask
 
-    monkeypatch.syspath_prepend(str(Path(__file__).parent / "plugin_example"))
-    __import__("erl_example_plugin")
     tasks = [MixtureTask(env_type="point_reach", init_params={"step_size": s}, share=w, group_size=2, total_num_envs=8)
              for s, w in ((0.1, 1.0), (0.2, 1.0), (0.3, 2.0))]
     section = dataclasses.replace(tasks[0], env_type="mixture", tasks=tasks, init_params={})

@@ -13,8 +13,7 @@ from embodied_rl.configure import load_config
 from embodied_rl.errors import ConfigError
 from embodied_rl.plugins import load_plugins
 from tests.cli_runs import read_metrics
-
-EXAMPLE = Path(__file__).resolve().parent / "plugin_example"
+from tests.plugin_fixtures import EXAMPLE_PLUGIN_DIR as EXAMPLE
 
 PLUGIN_PPO = """\
 plugins: [erl_example_plugin]
@@ -46,24 +45,7 @@ actor:
 """
 
 
-@pytest.fixture(autouse=True)
-def _registries_as_before():
-    """Tests that import a plug-in into this process take its registrations out again: later
-    modules (the schema walk) enumerate every registered simulator and policy."""
-    from embodied_rl import plugins
-    from embodied_rl.config.schema import model
-    from embodied_rl.envs import backend
-    from embodied_rl.models import registry
-    from embodied_rl.sinks import METRIC_SINKS
-
-    tables = (backend._SIMULATORS, registry._POLICIES, model._MODEL_CONFIGS, METRIC_SINKS._items)
-    yield
-    for table in tables:  # built-ins registered meanwhile stay: their modules are imported now
-        for name in [n for n, v in table.items() if v.__module__.startswith("erl_")]:
-            del table[name]
-    plugins._loaded.difference_update({m for m in plugins._loaded if m.startswith("erl_")})
-    for name in [m for m in sys.modules if m.startswith("erl_")]:
-        del sys.modules[name]
+pytestmark = pytest.mark.usefixtures("registries_restored")
 
 
 def _cli(*args: str, cwd: Path, pythonpath: Path | None = EXAMPLE) -> subprocess.CompletedProcess:
