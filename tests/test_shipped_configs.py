@@ -3,16 +3,18 @@
 Each runs through the real CLI in a fresh working directory (its model is created there on
 first use, as on a fresh clone, or is the checkpoint shipped in models/) with no override
 beyond sizes (shrink: the step count, one slot (the fewest workers), one rollout epoch of the
-derived minimum of sub-envs, at most one critic-only step) and the run name: 2 training steps, then `embodied-rl eval` of the
-checkpoint they wrote. The training runs score their evaluations greedily only, on at most
-START_EVAL_EPISODES episodes (the sampled pass and maniskill_ppo_from_sft's 16 epochs would
-make its 2 evaluations several times as long); the eval-only run scores both, as shipped. A config
-whose env config another config's eval-only run covers is listed in EVAL_ONLY_ELSEWHERE.
+derived minimum of sub-envs, at most one critic-only step) and the run name: 2 training steps,
+then `embodied-rl eval` of the checkpoint they wrote. The training runs score their evaluations
+greedily only, on at most START_EVAL_EPISODES episodes (the sampled pass and
+maniskill_ppo_from_sft's 16 epochs would make its 2 evaluations several times as long); the
+eval-only run scores both, as shipped.
+The eval-only path reads the env config and the checkpoint, never the algorithm, and each
+eval-only run costs a whole start (Ray, workers, simulators): a config whose env config and
+policy kind another test's eval-only run covers is listed in EVAL_ONLY_ELSEWHERE, and a config
+whose own checks are about what an evaluation writes (per-task metrics, videos) evaluates
+after its last training step instead (IN_RUN_EVAL_CHECKS): the same eval workers and writers.
 Demos recorded with the same arguments earlier in the session are copied (tests/test_learning.py
 records the same 2 PushCube demos through benchmarks/learning.py).
-The eval-only run of libero_grpo_tiny also checks its per-task metrics and two-camera videos:
-one LIBERO eval-only run instead of two (ensure_model creates a missing model for train and
-eval alike, and the training run before it creates this one).
 """
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ SHIPPED = available(CONFIG_DIR)
 # shipped SFT policy succeeds on held-out states (maniskill_ppo_from_sft ships 64). A run that does
 # not only shows that it evaluates: one epoch.
 START_EVAL_EPISODES = 16
-# Configs whose checks are about their two env workers (their eval-only run's videos): the
+# Configs whose checks are about their two env workers (the videos of their evaluation): the
 # others run on one slot (ONE_SLOT), as on a 1-core machine.
 TWO_SLOTS = {"libero_grpo_tiny"}
 # Configs whose eval-only run of a checkpoint, with the checks below, is another test's.
@@ -55,15 +57,18 @@ EVAL_ONLY_ELSEWHERE = {"maniskill_sft_tiny": "tests/test_sft.py",
                        "maniskill_ppo_tiny": "maniskill_sft_pick_cube_tiny", "maniskill_grpo_tiny": "maniskill_sft_pick_cube_tiny",
                        # the eval-only run of a cnn_gaussian PPO checkpoint (and its export) is there
                        "maniskill_cnn_gaussian_sft": "tests/test_cnn_gaussian.py", "maniskill_cnn_gaussian_ppo": "tests/test_cnn_gaussian.py",
-                       # a mixture's eval-only run with its per-task checks, and LIBERO's, are the other two's
-                       "libero_grpo_mixture_tiny": "maniskill_ppo_multitask_tiny and libero_grpo_tiny"}
+                       # an SFT-made PushCube policy with the PushCube env config: maniskill_sft_tiny's (tests/test_sft.py)
+                       "maniskill_ppo_from_sft": "tests/test_sft.py",
+                       # a mixture's per-task evaluation is maniskill_ppo_multitask_tiny's, LIBERO's libero_grpo_tiny's (in the run)
+                       "libero_grpo_mixture_tiny": "maniskill_ppo_multitask_tiny and libero_grpo_tiny",
+                       "libero_grpo_tiny": "maniskill_sft_pick_cube_tiny (its LIBERO checks: IN_RUN_EVAL_CHECKS)",
+                       "maniskill_ppo_multitask_tiny": "maniskill_sft_pick_cube_tiny (its per-task checks: IN_RUN_EVAL_CHECKS)"}
 
 
-def _two_libero_tasks(run: Path) -> None:
+def _two_libero_tasks(run: Path, row: dict) -> None:
     """libero_grpo_tiny on two libero_spatial tasks (real LIBERO, the tiny OFT with two cameras
     and proprio): per-task success, one sub-env per task, and per env worker a video with the
     wrist view beside the main view."""
-    row = read_metrics(run)[0]
     assert row["eval/num_trajectories"] == 2
     for task in ("libero_spatial_task0", "libero_spatial_task1"):  # one env per task (spread reset ids)
         assert row[f"eval/num_trajectories/{task}"] == 1
@@ -80,10 +85,9 @@ def _two_libero_tasks(run: Path) -> None:
     assert json.loads(videos[0].with_suffix(".json").read_text())["mode"] == "eval"
 
 
-def _three_maniskill_tasks(run: Path) -> None:
+def _three_maniskill_tasks(run: Path, row: dict) -> None:
     """maniskill_ppo_multitask_tiny: per-task success with intervals, the tasks' mean, and a video
     per task and stage whose episodes are that task's."""
-    row = read_metrics(run)[0]
     tasks = ("PushCube-v1", "PickCube-v1", "StackCube-v1")
     assert sum(row[f"eval/num_trajectories/{t}"] for t in tasks) == row["eval/num_trajectories"]
     for task in tasks:
@@ -94,8 +98,9 @@ def _three_maniskill_tasks(run: Path) -> None:
         assert {e["task_id"] for e in json.loads(video.with_suffix(".json").read_text())["episodes"]} == {task}
 
 
-# Checks of a config's own eval-only run beyond check_eval_only.
-EVAL_CHECKS = {"libero_grpo_tiny": _two_libero_tasks, "maniskill_ppo_multitask_tiny": _three_maniskill_tasks}
+# Checks of the evaluation after the last training step (run directory, its metrics row), for the
+# configs that evaluate there instead of in an eval-only run.
+IN_RUN_EVAL_CHECKS = {"libero_grpo_tiny": _two_libero_tasks, "maniskill_ppo_multitask_tiny": _three_maniskill_tasks}
 
 
 def test_configs_are_found() -> None:
@@ -152,7 +157,8 @@ def test_shipped_config_trains_two_steps_and_evaluates(name: str, tmp_path: Path
     small = shrink(name, cfg)
     per_epoch = load_config(name, small, skip=("sft_data",)).env.eval.total_num_envs
     epochs = min(cfg.algorithm.eval_rollout_epoch, -(-START_EVAL_EPISODES // per_epoch) if cfg.runner.val_before_train else 1)
-    proc = run_cli("train", name, *small, f"runner.experiment_name={name}", "algorithm.sampling_params.eval_scoring=[greedy]",
+    last_eval = ["runner.val_check_interval=2"] if name in IN_RUN_EVAL_CHECKS else []
+    proc = run_cli("train", name, *small, *last_eval, f"runner.experiment_name={name}", "algorithm.sampling_params.eval_scoring=[greedy]",
                    f"algorithm.eval_rollout_epoch={epochs}", cwd=tmp_path)
     run = tmp_path / "runs" / name
     metrics = read_metrics(run)
@@ -177,6 +183,9 @@ def test_shipped_config_trains_two_steps_and_evaluates(name: str, tmp_path: Path
     assert {m: u["reset_id_split"] for m, u in used.items()} == {m: m for m in used} and used["eval" if "eval" in used else "train"]["ids"]
     assert not set(used.get("train", {}).get("ids", [])) & set(used.get("eval", {}).get("ids", []))
     check_environment(run)
+    if name in IN_RUN_EVAL_CHECKS:
+        assert sidecars(run, "eval")["step_000002"]
+        IN_RUN_EVAL_CHECKS[name](run, metrics[2])
     if name in EVAL_ONLY_ELSEWHERE:
         return
 
@@ -184,5 +193,3 @@ def test_shipped_config_trains_two_steps_and_evaluates(name: str, tmp_path: Path
     run_cli("eval", name, f"runner.experiment_name={name}_eval", f"runner.ckpt_path=runs/{name}",
             "algorithm.eval_rollout_epoch=1", *[o for o in small if o.startswith("cluster.")], cwd=tmp_path)
     check_eval_only(tmp_path / "runs" / f"{name}_eval")
-    if name in EVAL_CHECKS:
-        EVAL_CHECKS[name](tmp_path / "runs" / f"{name}_eval")
