@@ -44,7 +44,7 @@ class ModelConfig:
     """Keys of every policy; `model_type` picks the registered subclass that adds the policy's own."""
 
     model_type: str = field(default="openvla_oft", metadata={"help": "Policy architecture, a key of the model registry (openvla_oft | cnn_gaussian)."})
-    model_path: str = field(default="models/tiny-openvla-oft", metadata={"help": "Checkpoint directory in the official HF layout (config.json, safetensors, tokenizer, dataset_statistics.json)."})
+    model_path: str = field(default="models/tiny-openvla-oft", metadata={"help": "Checkpoint directory in the policy's own on-disk layout (openvla_oft: the official HF layout with config.json, safetensors, tokenizer and dataset_statistics.json; cnn_gaussian: config.json and safetensors)."})
     create_preset: CreatePresetConfig | None = field(default=None, metadata={"help": "When model_path has no checkpoint yet, create one there from this preset (random init, official layout, with actor.model's action_dim, proprio_dim and num_images_in_input) before the run; a checkpoint already there must have the preset's architecture (name and image_size), else the run is refused. null = use the checkpoint as it is; a missing one is an error."})
     action_dim: int = field(default=7, metadata={"help": "Action dimensions per step (7 for EEF delta pose + gripper)."})
     num_action_chunks: int = field(default=8, metadata={"help": "Actions decoded in parallel per forward pass (the chunk length C)."})
@@ -56,9 +56,9 @@ class ModelConfig:
     value_input: str = field(default="hidden", metadata={"help": "What the critic reads: hidden (the LLM's hidden state before the first action slot, RLinf's critic) | privileged_state (an asymmetric critic on the simulator's privileged state and the episode clock, EnvObservation.privileged_states, standardised by running statistics of the training batches: needs env.train.init_params.privileged_state; the critic then shares no weights with the policy, and its gradient norm is clipped apart from the policy's)."})
     privileged_state_dim: int | None = field(default=None, metadata={"help": "Size P of EnvObservation.privileged_states (the task's state plus 1 for the clock; ManiSkill PushCube-v1: 36, PickCube-v1: 43) when value_input is privileged_state; null otherwise."})
     precision: str = field(default="fp32", metadata={"help": "Parameter dtype of the rollout policy (either rollout.backend: the HF policy or the vLLM engine and its heads) and of the KL reference: fp32 | bf16 | fp16. The actor keeps fp32 master weights and computes in actor.fsdp_config.mixed_precision.param_dtype, which defaults to this."})
-    image_size: int | None = field(default=None, metadata={"help": "Model input side in pixels; null = the checkpoint's image_sizes. A different value is an error (ViT position embeddings are fixed)."})
+    image_size: int | None = field(default=None, metadata={"help": "Model input side in pixels; null = the checkpoint's. A different value is an error (the image encoder's input size is fixed by its weights)."})
     num_images_in_input: int = field(default=1, metadata={"help": "Cameras per sample: 1 = third-person, 2 = third-person + wrist."})
-    gradient_checkpointing: bool = field(default=False, metadata={"help": "Recompute ViT blocks and decoder layers in backward to save activation memory."})
+    gradient_checkpointing: bool = field(default=False, metadata={"help": "Recompute blocks in backward to save activation memory (openvla_oft: its ViT blocks and decoder layers; a policy without it, cnn_gaussian, refuses true)."})
     is_lora: bool = field(default=False, metadata={"help": "Train LoRA adapters on the modules the policy names (OpenVLA-OFT: lora_target_modules, both ViTs, projector, LLM, lm_head) instead of all weights; the value head stays fully trainable."})
     lora_rank: int = field(default=32, metadata={"help": "LoRA rank r."})
     lora_alpha: int | None = field(default=None, metadata={"help": "LoRA alpha; null = lora_rank (scale 1)."})
