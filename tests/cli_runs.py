@@ -21,11 +21,12 @@ from tests.tiny_runs import tiny_run
 ONE_SLOT = "cluster.num_cpu_slots=1"
 
 
-def small_ppo(out: Path, model: Path, max_restarts: int) -> str:
-    """A 3-step PPO run on PickCube at 64 px (2 actor ranks, 2 env workers, 1 rollout worker, a
-    checkpoint every step): the run the fault and leak tests interrupt."""
+def small_ppo(out: Path, model: Path, max_restarts: int, ranks: int = 2) -> str:
+    """A 3-step PPO run on PickCube at 64 px (`ranks` actor ranks and env workers, 1 rollout
+    worker, a checkpoint every step): the run the fault and leak tests interrupt."""
+    ranks_slots = "0" if ranks == 1 else f"0-{ranks - 1}"
     return tiny_run(out, model, {
-        "cluster": {"component_placement": {"actor": "0-1", "env": "0-1", "rollout": "0"}},
+        "cluster": {"component_placement": {"actor": ranks_slots, "env": ranks_slots, "rollout": "0"}},
         "runner": {"max_steps": 3, "save_interval": 1, "max_restarts": max_restarts, "seed": 5},
         "algorithm": {"reward_norm": "running"},
     })
