@@ -227,7 +227,7 @@ def _no_run_left_behind() -> Iterator[None]:
 
 def _ahead(request: pytest.FixtureRequest) -> list[tuple[str, Smoke]]:
     """The benchmarks of the selected tests after this one, in order, up to the first that runs
-    alone. None under pytest-xdist: its workers share the machine already, and a `serial` test of
+    alone. Empty under pytest-xdist: its workers share the machine already, and a `serial` test of
     another worker, which starts once this test ends, must find no benchmark of this module running."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return []
