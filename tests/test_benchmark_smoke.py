@@ -11,6 +11,12 @@ runs at a small size names that test (`covered_by`) instead of running twice.
 Each subprocess gets its own short TMPDIR (removed after), so what a benchmark leaves in its
 temporary directories (models, runs, Ray's session) goes with it, and a benchmark's
 `ray.init()` never finds another Ray session of the machine.
+
+Most of a smoke run is process start-up (interpreters importing torch, simulators, Ray), much of
+it on one core, so while a test waits for its benchmark, those of the next selected tests start
+as runs end, `SLOTS` at a time; each test then checks its own run's output. Under pytest-xdist
+each test runs only its own. A benchmark marked `alone` (it pins processes to cores) has the
+machine to itself.
 """
 from __future__ import annotations
 
@@ -19,9 +25,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,12 +56,13 @@ ONE_OF_EACH = ("--set", "cluster.component_placement.actor=0", "--set", "cluster
 
 @dataclass(frozen=True)
 class Smoke:
-    args: tuple[str, ...]       # "{tmp}" is this test's tmp_path; "{side_by_side}" the inputs written for it
+    args: tuple[str, ...]       # "{tmp}" is the run's working directory; "{side_by_side}" the inputs written for it
     expect: str                 # a regex the output must match: the line with the benchmark's ratio or result
     marks: tuple = ()
     env: dict[str, str] = field(default_factory=dict)
     timeout: int = 600          # seconds for the subprocess
     covered_by: str | None = None  # "tests/test_x.py::test_y" that runs this benchmark at a small size already
+    alone: bool = False         # no other benchmark runs beside it
 
 
 SMOKE: dict[str, Smoke] = {
@@ -77,7 +87,7 @@ SMOKE: dict[str, Smoke] = {
                                  rf"ratio full loop / raw simulator: +{NUM}", (MANISKILL,)),
     # --device-ms: the device cost model without its 3 calibration epochs
     "pipeline.py": Smoke(("--envs", "2", "--chunk-steps", "1", "--epochs", "1", "--cost-model", "device", "--device-ms", "1"),
-                         rf"ratio 2 stages / 1 stage: {NUM}", (MANISKILL, pytest.mark.serial)),  # serial: it pins this user's Ray processes
+                         rf"ratio 2 stages / 1 stage: {NUM}", (MANISKILL, pytest.mark.serial), alone=True),  # it pins this user's Ray processes
     "policy_forward.py": Smoke(("--image-size", "64", "--batch-sizes", "1,2", "--iters", "1"), rf"(?m)^ +2 +{NUM} +{NUM} +{NUM} +{NUM} "),
     "ppo_cartpole.py": Smoke(("--max-steps", "64", "--num-envs", "2", "--horizon", "16", "--eval-every", "1"),
                              rf"RESULT solved=\w+ .* ratio_vs_475={NUM}"),
@@ -109,8 +119,10 @@ SMOKE: dict[str, Smoke] = {
 
 
 def _cases() -> list:
+    """The uncovered benchmarks, those that run alone first: the others then run two at a time."""
+    cases = sorted((item for item in SMOKE.items() if item[1].covered_by is None), key=lambda item: not item[1].alone)
     return [pytest.param(name, smoke, id=name.removesuffix(".py"), marks=[*smoke.marks, pytest.mark.timeout(smoke.timeout + 120)])
-            for name, smoke in SMOKE.items() if smoke.covered_by is None]
+            for name, smoke in cases]
 
 
 def test_every_benchmark_has_a_smoke_size() -> None:
@@ -146,18 +158,107 @@ def _side_by_side_inputs(root: Path) -> Path:
     return root
 
 
-@pytest.mark.parametrize(("name", "smoke"), _cases())
-def test_benchmark_runs_at_smoke_size(name: str, smoke: Smoke, tmp_path: Path) -> None:
-    inputs = _side_by_side_inputs(tmp_path / "inputs") if name == "side_by_side.py" else None
-    args = [a.format(tmp=tmp_path, side_by_side=inputs) for a in smoke.args]
+@dataclass
+class _Run:
+    """A benchmark subprocess: its output goes to files (a pipe nobody reads would block it)."""
+    name: str
+    args: list[str]
+    proc: subprocess.Popen
+    tmpdir: Path  # its TMPDIR, holding its working directory and output files
+    started: float = field(default_factory=time.monotonic)
+    ended: float | None = None  # when running() first saw it ended
+
+    def running(self) -> bool:
+        if self.ended is None and self.proc.poll() is not None:
+            self.ended = time.monotonic()
+        return self.ended is None
+
+    def finish(self, timeout: float) -> tuple[int, str, str]:
+        """(exit code, stdout, stderr); the process group is killed past `timeout` seconds."""
+        late = ""
+        try:
+            self.proc.wait(timeout=max(1.0, timeout))
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self.proc.wait()
+            late = f"\n(killed: past its timeout, {time.monotonic() - self.started:.0f} s after its start)"
+        out, err = ((self.tmpdir / f).read_text(errors="replace") for f in ("stdout", "stderr"))
+        err += late
+        self.running()
+        print(f"{self.name}: {self.ended - self.started:.1f} s from its start to its end")  # shown by -s, -rP
+        shutil.rmtree(self.tmpdir, ignore_errors=True)
+        return self.proc.returncode, out, err
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # its own session: the benchmark and its children
+        except ProcessLookupError:
+            pass
+
+
+def _start(name: str, smoke: Smoke) -> tuple[_Run, float]:
+    """Start benchmark `name` at its smoke size; (the run, its deadline on the monotonic clock)."""
     # A short path: Ray's session sockets live under TMPDIR and must stay within 107 bytes.
-    tmpdir = tempfile.mkdtemp(prefix="bsmoke")
-    env = dict(os.environ, TMPDIR=tmpdir, PYTHONUNBUFFERED="1", WANDB_MODE="offline", **smoke.env)
-    try:
-        proc = subprocess.run([sys.executable, str(BENCHMARKS / name), *args], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=smoke.timeout, check=False)
-    finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"{name} {' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    assert re.search(smoke.expect, proc.stdout), f"{name}: no line matching {smoke.expect!r} in its output:\n{out[-4000:]}"
+    tmpdir = Path(tempfile.mkdtemp(prefix="bsmoke"))
+    work = tmpdir / "work"
+    work.mkdir()
+    inputs = _side_by_side_inputs(tmpdir / "inputs") if name == "side_by_side.py" else None
+    args = [a.format(tmp=work, side_by_side=inputs) for a in smoke.args]
+    env = dict(os.environ, TMPDIR=str(tmpdir), PYTHONUNBUFFERED="1", WANDB_MODE="offline", **smoke.env)
+    with open(tmpdir / "stdout", "w") as out, open(tmpdir / "stderr", "w") as err:
+        proc = subprocess.Popen([sys.executable, str(BENCHMARKS / name), *args], cwd=work, env=env, stdout=out, stderr=err,
+                                start_new_session=True)
+    return _Run(name, args, proc, tmpdir), time.monotonic() + smoke.timeout
+
+
+_STARTED: dict[str, tuple[_Run, float]] = {}  # benchmarks started and not yet checked by their test
+SLOTS = 2  # benchmarks running at once: one per core of the 2-core CI box
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_run_left_behind() -> Iterator[None]:
+    """A benchmark started for a test that then did not run (a stop after a failure) is killed."""
+    yield
+    for run, _ in _STARTED.values():
+        run.kill()
+        run.finish(0)
+    _STARTED.clear()
+
+
+def _ahead(request: pytest.FixtureRequest) -> list[tuple[str, Smoke]]:
+    """The benchmarks of the selected tests after this one, in order, up to the first that runs
+    alone. Empty under pytest-xdist: its workers share the machine already, and a `serial` test of
+    another worker, which starts once this test ends, must find no benchmark of this module running."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return []
+    items = request.session.items
+    ahead = []
+    for item in items[items.index(request.node) + 1:]:
+        if item.originalname != request.node.originalname or item.module is not request.node.module:
+            break
+        if any(m.name == "skip" or (m.name == "skipif" and m.args and m.args[0]) for m in item.iter_markers()):
+            continue  # it will not run (vLLM absent)
+        name, smoke = item.callspec.params["name"], item.callspec.params["smoke"]
+        if smoke.alone:
+            break
+        ahead.append((name, smoke))
+    return ahead
+
+
+@pytest.mark.parametrize(("name", "smoke"), _cases())
+def test_benchmark_runs_at_smoke_size(name: str, smoke: Smoke, request: pytest.FixtureRequest) -> None:
+    if name not in _STARTED:
+        _STARTED[name] = _start(name, smoke)
+    run, deadline = _STARTED[name]
+    ahead = [] if smoke.alone else [(n, s) for n, s in _ahead(request) if n not in _STARTED]
+    # While it runs, the benchmarks of the next tests start as runs end: SLOTS at a time.
+    while run.running() and time.monotonic() < deadline:
+        if ahead and sum(r.running() for r, _ in _STARTED.values()) < SLOTS:
+            following, following_smoke = ahead.pop(0)
+            _STARTED[following] = _start(following, following_smoke)
+        time.sleep(0.2)
+    del _STARTED[name]
+    returncode, stdout, stderr = run.finish(deadline - time.monotonic())
+    out = stdout + stderr
+    assert returncode == 0, f"{name} {' '.join(run.args)} exited {returncode}:\n{stdout[-3000:]}\n{stderr[-5000:]}"
+    assert re.search(smoke.expect, stdout), f"{name}: no line matching {smoke.expect!r} in its output:\n{out[-4000:]}"
