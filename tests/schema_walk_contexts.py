@@ -3,15 +3,18 @@ simulator settings every context gets, and loading a config in a context (a tupl
 '@<name>' picking another experiment config). Not a test module."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import re
+import time
+from collections.abc import Iterator
 from typing import Any
 
 from embodied_rl.config.loader import compose
 from embodied_rl.config.schema import RootConfig
 from embodied_rl.errors import ConfigError
-from tests.schema_walk_probes import Outcome, override, try_load
+from tests.schema_walk_probes import Outcome, override, ray_state, try_load
 
 BASE = "maniskill_ppo_tiny"
 # Small and fast, and chosen so every consumer runs: 2 env workers x 2 sub-envs, episodes
@@ -67,9 +70,23 @@ def _overrides(ctx: tuple[str, ...], *extra: str) -> tuple[str, list[str]]:
     return name, [*BASE_OVERRIDES, *sim, *ctx_ov, *extra]
 
 
+_LOADED: dict[tuple, RootConfig | Outcome] = {}
+LOAD_SECONDS: list[float] = []  # of each load_config the walk ran (its summary line)
+
+
 def load_in(ctx: tuple[str, ...], *extra: str) -> RootConfig | Outcome:
-    """Load the walk base (or '@<experiment>') with the context's and the change's overrides."""
-    return try_load(*_overrides(ctx, *extra))
+    """Load the walk base (or '@<experiment>') with the context's and the change's overrides.
+
+    A walk loads the same contexts for many keys (~0.2 s a load): each is loaded once per Ray
+    state (a session's resources are what planning reads) and handed out as a copy, since
+    planning fills derived keys in place."""
+    key = (tuple(BASE_OVERRIDES), ctx, extra, ray_state())
+    if key not in _LOADED:
+        t0 = time.perf_counter()
+        _LOADED[key] = try_load(*_overrides(ctx, *extra))
+        LOAD_SECONDS.append(time.perf_counter() - t0)
+    got = _LOADED[key]
+    return got if isinstance(got, Outcome) else copy.deepcopy(got)
 
 
 @functools.cache
@@ -105,3 +122,40 @@ def _model_type_key(ctx: tuple[str, ...], path: str) -> bool:
     from embodied_rl.config.schema.model import ModelConfig
 
     return key in {f.name for f in dataclasses.fields(ModelConfig.variant(_tree(ctx)["actor"]["model"]))}
+
+
+class Changes:
+    """A key's changed values in one context, each loaded on first use: most keys are decided by
+    their first accepted value, and a load takes ~0.2 s. `rejected` holds the refused ones
+    (by load_config, or by a consumer) and `gating` the first load rejection naming `switch`,
+    the setting the context turned on (the key gates it)."""
+
+    def __init__(self, ctx: tuple[str, ...], path: str, values: list[Any], switch: str | None) -> None:
+        self.ctx, self.switch = ctx, switch
+        self.overrides = [override(path, v, present(ctx, path)) for v in values]
+        self.loaded: list[RootConfig | None] = []
+        self.rejected: dict[str, str] = {}
+        self.gating: tuple[str, str] | None = None
+
+    def _load_next(self) -> None:
+        ov = self.overrides[len(self.loaded)]
+        cfg = load_in(self.ctx, ov)
+        if not isinstance(cfg, Outcome):
+            self.loaded.append(cfg)
+            return
+        self.loaded.append(None)
+        self.rejected[ov] = cfg.summary
+        if self.gating is None and self.switch and self.switch.rsplit(".", 1)[-1] in cfg.summary:
+            self.gating = ov, cfg.summary
+
+    def accepted(self) -> Iterator[tuple[str, RootConfig]]:
+        """(override, config) of the accepted values, in order, loading as far as asked."""
+        for k, ov in enumerate(self.overrides):
+            if k == len(self.loaded):
+                self._load_next()
+            if (cfg := self.loaded[k]) is not None:
+                yield ov, cfg
+
+    def load_all(self) -> None:
+        while len(self.loaded) < len(self.overrides):
+            self._load_next()

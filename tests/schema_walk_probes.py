@@ -254,6 +254,17 @@ def _short(observed: Any) -> str:
     return text[:120]
 
 
+# The Ray session the walk holds (see schema_walk_runtime_probes.ray_cluster): "key", the cluster
+# settings it was started with, and "cluster", its RayCluster.
+RAY_SESSION: dict[str, Any] = {}
+
+
+def ray_state() -> tuple[bool, str | None]:
+    """What config loading and planning read of Ray: whether a session runs here, and whose."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized(), RAY_SESSION.get("key")
+
+
 def try_load(name: str, overrides: list[str]) -> RootConfig | Outcome:
     try:
         return load_config(name, overrides)

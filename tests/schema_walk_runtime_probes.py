@@ -24,7 +24,7 @@ from tests.schema_walk_learning_probes import (
     probe_model,
     probe_plan,
 )
-from tests.schema_walk_probes import Outcome, files_under, quiet
+from tests.schema_walk_probes import RAY_SESSION, Outcome, files_under, quiet
 from tests.wandb_support import wandb_runs
 
 
@@ -166,7 +166,6 @@ def probe_ray(cfg: RootConfig, path: str) -> Any:
         raise
 
 
-_RAY: dict[str, Any] = {}
 _NAMESPACES = itertools.count()
 
 
@@ -179,13 +178,13 @@ def ray_cluster(c) -> Any:
     from embodied_rl.distributed.worker_group import RayCluster
 
     key = repr(dataclasses.asdict(c))
-    if _RAY.get("key") != key:
+    if RAY_SESSION.get("key") != key:
         shutdown_ray()
         if ray.is_initialized():
             ray.shutdown()
-        _RAY["cluster"] = RayCluster(address=c.address, num_nodes=c.num_nodes, num_cpu_slots=c.num_cpu_slots, wait_nodes_s=3.0)
-        _RAY["key"] = key
-    return _RAY["cluster"]
+        RAY_SESSION["cluster"] = RayCluster(address=c.address, num_nodes=c.num_nodes, num_cpu_slots=c.num_cpu_slots, wait_nodes_s=3.0)
+        RAY_SESSION["key"] = key
+    return RAY_SESSION["cluster"]
 
 
 @functools.cache
@@ -195,18 +194,23 @@ def _base_cluster() -> Any:
     return base.cluster
 
 
+def holds_session(c) -> bool:
+    """Whether the walk's Ray session was started with cluster settings `c`."""
+    return RAY_SESSION.get("key") == repr(dataclasses.asdict(c))
+
+
 def end_ray_unless_base() -> None:
     """A Ray session of the walk base's cluster settings may stay for the next key's Ray probes:
     configs load the same with it (same slots). Any other goes."""
-    if _RAY.get("key") != repr(dataclasses.asdict(_base_cluster())):
+    if not holds_session(_base_cluster()):
         shutdown_ray()
 
 
 def shutdown_ray() -> None:
     import ray
 
-    _RAY.pop("key", None)
-    cluster = _RAY.pop("cluster", None)
+    RAY_SESSION.pop("key", None)
+    cluster = RAY_SESSION.pop("cluster", None)
     if cluster is not None:
         cluster.shutdown()
     if ray.is_initialized():
@@ -267,7 +271,8 @@ def _actor_names(cfg: RootConfig, cluster, placement) -> list[str]:
         for component in ("env", "rollout", "actor"):
             started.append(WorkerGroup(Named, cluster, placement, component, namespace=ns,
                                        name=getattr(cfg, component).group_name))
-            started[-1].ping().wait(120)
+        for group in started:  # awaited together: the actors' processes start side by side
+            group.ping().wait(120)
         return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == ns)
     finally:
         for group in started:
@@ -387,6 +392,8 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "cluster": ("plan", "env", "ray"),
     "runner": ("rundir", "plan", "actor"),
     "runner.health": ("health",), "runner.save_best": ("health",),
+    # Read by MetricsLogger and the run directory's checks only, not by the actor's update.
+    "runner.logger": ("rundir", "plan"),
     "algorithm": ("algorithm", "plan", "model", "actor"),
     "algorithm.sampling_params": ("model",),
     "env": ("ray",),

@@ -84,8 +84,10 @@ from embodied_rl.config.schema import RootConfig
 from tests.schema_walk_contexts import (
     BASE,
     BASE_OVERRIDES,
+    LOAD_SECONDS,
     MODES,
     SIM_BASE,
+    Changes,
     env_type_in,
     load_in,
     present,
@@ -109,6 +111,7 @@ from tests.schema_walk_runtime_probes import (
     PROBES,
     end_ray_unless_base,
     expert_episodes_of,
+    holds_session,
     route,
     section_of,
     shutdown_ray,
@@ -158,14 +161,18 @@ class Walker:
         self._base_outcomes: dict[tuple[str, str, str], Outcome] = {}
         self.timings: dict[str, float] = {}
         self.calls: dict[str, int] = {}
+        self.key_calls: dict[str, int] = {}  # the current key's probe calls, for its verdict line
 
     def _probe(self, name: str, cfg: RootConfig, path: str) -> Outcome:
         t0 = time.perf_counter()
-        if name not in RAY_PROBES:  # a running Ray session is what detect_resources reads
+        # A running Ray session is what detect_resources reads; one started with this config's own
+        # cluster settings reads as none would (the same slots), so it stays for the next Ray probe.
+        if name not in RAY_PROBES and not holds_session(cfg.cluster):
             shutdown_ray()
         out = run_probe(PROBES[name], cfg, path)
         self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - t0
         self.calls[name] = self.calls.get(name, 0) + 1
+        self.key_calls[name] = self.key_calls.get(name, 0) + 1
         return out
 
     def _base(self, ctx: tuple[str, ...], name: str, cfg: RootConfig, path: str, walk_base: bool) -> Outcome:
@@ -237,6 +244,7 @@ class Walker:
 
     def judge(self, leaf: Leaf) -> Verdict:
         end_ray_unless_base()
+        self.key_calls = {}
         verdict = self._judge(leaf)
         return dataclasses.replace(verdict, path=f"{leaf.path} ({leaf.sim})") if leaf.sim else verdict
 
@@ -248,39 +256,38 @@ class Walker:
             if isinstance(ctx_cfg, Outcome):
                 continue
             where = f" on top of {' '.join(ctx)}" if ctx else ""
-            cands = candidates(leaf, get_path(ctx_cfg, leaf.path))
-            rejected: dict[str, str] = {}
-            accepted: list[tuple[str, RootConfig]] = []
-            for value in cands:
-                ov = override(leaf.path, value, present(ctx, leaf.path))
-                cfg = load_in(ctx, ov)
-                if not isinstance(cfg, Outcome):
-                    accepted.append((ov, cfg))
-                    continue
-                rejected[ov] = cfg.summary
-                if switch and switch.rsplit(".", 1)[-1] in cfg.summary:  # the key gates the switch
-                    return Verdict(leaf.path, True, f"{ov}{where} rejected: {cfg.summary}")
+            changes = Changes(ctx, leaf.path, candidates(leaf, get_path(ctx_cfg, leaf.path)), switch)
             # Probe by probe, cheapest first: an expensive consumer runs only where the cheap ones
             # saw no change on any value.
             probes = [p for p in route(leaf.path) if (place if p in CHEAP else i) <= MAX_CONTEXTS[p]]
             for name in probes:
-                verdict = self._compare(leaf, name, ctx, ctx_cfg, accepted, rejected, where, walk_base=i == 0)
-                if verdict is not None:
-                    return verdict
-            if i == 0 and cands and len(rejected) == len(cands):
+                verdict = self._compare(leaf, name, ctx, ctx_cfg, changes, where, walk_base=i == 0)
+                if verdict is None and changes.gating is None:
+                    continue
+                if verdict is None:  # a value refused for the setting the context turned on
+                    break
+                return verdict
+            changes.load_all()
+            if changes.gating is not None:  # the key gates the switch
+                ov, why = changes.gating
+                return Verdict(leaf.path, True, f"{ov}{where} rejected: {why}")
+            rejected, n = changes.rejected, len(changes.overrides)
+            if i == 0 and n and len(rejected) == n:
                 ov, why = next(iter(rejected.items()))
                 return Verdict(leaf.path, True, f"every changed value rejected{where}, e.g. {ov}: {why}")
             if i == 0:
-                notes.append(f"{len(cands)} values ({len(rejected)} rejected) changed none of {probes}{where}")
+                notes.append(f"{n} values ({len(rejected)} rejected) changed none of {probes}{where}")
         notes.append(f"nor on {len(contexts) - 1} related settings")
         return Verdict(leaf.path, False, "; ".join(notes))
 
-    def _compare(self, leaf: Leaf, name: str, ctx: tuple[str, ...], ctx_cfg: RootConfig, accepted: list[tuple[str, RootConfig]],
-                 rejected: dict[str, str], where: str, walk_base: bool) -> Verdict | None:
+    def _compare(self, leaf: Leaf, name: str, ctx: tuple[str, ...], ctx_cfg: RootConfig, changes: Changes,
+                 where: str, walk_base: bool) -> Verdict | None:
         """Probe `name` on up to its number of tries of the accepted values (cheap probes
         MAX_TRIES, expensive ones one per context)."""
-        tries = 0
-        for ov, cfg in accepted:
+        tries, rejected = 0, changes.rejected
+        for ov, cfg in changes.accepted():
+            if changes.gating is not None:  # decided without probing
+                return None
             if ov in rejected:  # refused by an earlier consumer
                 continue
             if tries >= (MAX_TRIES if name in CHEAP else 1):
@@ -367,9 +374,11 @@ def test_every_key_is_live(walk_dir: Path, shared_simulators):
         t0 = time.perf_counter()
         v = walker.judge(leaf)
         verdicts.append(v)
-        print(f"{'live ' if v.live else 'INERT'} {v.path} ({time.perf_counter() - t0:.1f} s): {v.evidence}", flush=True)
+        calls = " ".join(f"{k} {n}" for k, n in walker.key_calls.items())
+        print(f"{'live ' if v.live else 'INERT'} {v.path} ({time.perf_counter() - t0:.1f} s; {calls}): {v.evidence}", flush=True)
     print(f"{len(verdicts)} keys in {time.perf_counter() - t_walk:.0f} s; probe seconds (calls):",
-          {k: f"{v:.1f} ({walker.calls[k]})" for k, v in walker.timings.items()})
+          {k: f"{v:.1f} ({walker.calls[k]})" for k, v in walker.timings.items()},
+          f"config loads: {sum(LOAD_SECONDS):.1f} s ({len(LOAD_SECONDS)})")
     inert = [v for v in verdicts if not v.live]
     assert not inert, f"{len(inert)} of {len(verdicts)} keys change nothing and are not rejected:\n" + "\n".join(
         f"  {v.path}: {v.evidence}" for v in inert)
