@@ -1,6 +1,8 @@
 """Env server overhead: rollout time of the same ManiSkill task and sub-env count in-process (the
 env worker's own sub-env pool) and served (an env server spawned with this interpreter,
-embodied_rl/envs/service), measured in one run, the two sides alternated round by round.
+embodied_rl/envs/service), measured in one run, the sides alternated round by round. A spawned
+server sends its images through shared memory; the third side, "pickled", is the same server with
+its images pickled into the replies (as a server at an address sends them), for the ratio of the two.
 
 A rollout epoch: `reset()` then --chunk-steps chunk steps of --chunk fixed (zero) actions through
 `ChunkedVectorEnv`, as an env worker runs it (images rendered where the policy reads them). The
@@ -11,22 +13,34 @@ first epoch of each side is a warm-up and not timed. Goal: served / in-process w
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
+from unittest import mock
 
 import numpy as np
 
 import embodied_rl  # noqa: F401  (torchvision shim first)
 from embodied_rl.config.schema.env import EnvConfig, ServerConfig
 from embodied_rl.envs import make_env
+from embodied_rl.envs.service import client
 from embodied_rl.process_env import configure_process_env
+
+SIDES = ("in-process", "served", "pickled")
 
 
 def env_config(args: argparse.Namespace, served: bool) -> EnvConfig:
     params = {"id": args.task, "camera_heights": args.size, "camera_widths": args.size, "robot_visual_cell": 0.008}
     return EnvConfig(env_type="maniskill", task_description="push the cube", init_params=params,
                      max_episode_steps=args.chunk_steps * args.chunk, server=ServerConfig(python=sys.executable) if served else None)
+
+
+def build(args: argparse.Namespace, side: str):
+    # "pickled": the client offers no shared-memory prefix, as for a server on another host
+    no_shm = mock.patch.object(client, "new_prefix", lambda: None) if side == "pickled" else contextlib.nullcontext()
+    with no_shm:
+        return make_env(env_config(args, side != "in-process"), args.envs)
 
 
 def epoch(env, args: argparse.Namespace) -> float:
@@ -50,15 +64,14 @@ def main() -> None:
     configure_process_env()
     envs, start = {}, {}
     try:
-        for side in ("in-process", "served"):
+        for side in SIDES:
             t = time.perf_counter()
-            envs[side] = make_env(env_config(args, side == "served"), args.envs)
+            envs[side] = build(args, side)
             start[side] = time.perf_counter() - t
             epoch(envs[side], args)  # warm-up
         times: dict[str, list[float]] = {side: [] for side in envs}
         for r in range(args.rounds):
-            order = ("in-process", "served") if r % 2 == 0 else ("served", "in-process")
-            for side in order:
+            for side in SIDES if r % 2 == 0 else SIDES[::-1]:
                 times[side].append(epoch(envs[side], args))
             print(f"round {r}: " + ", ".join(f"{s} {times[s][-1]:.2f} s" for s in envs), flush=True)
     finally:
@@ -69,7 +82,7 @@ def main() -> None:
     for side in envs:
         print(f"{side:>10}: start {start[side]:.1f} s, epoch median {med[side]:.3f} s ({frames / med[side]:.1f} env frames/s)")
     print(f"{args.task}, {args.envs} sub-envs, {args.size} px, {args.chunk_steps} chunk steps of {args.chunk}: "
-          f"served / in-process: {med['served'] / med['in-process']:.3f}x")
+          f"served / in-process: {med['served'] / med['in-process']:.3f}x; shared memory / pickled: {med['served'] / med['pickled']:.3f}x")
 
 
 if __name__ == "__main__":

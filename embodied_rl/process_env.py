@@ -16,6 +16,10 @@ from pathlib import Path
 # Mesa 22.3) lacks a feature SAPIEN needs, so only the private one is listed.
 _SOFTWARE_ICDS = ("lvp_icd", "lavapipe", "swiftshader")
 
+#: Every worker process of a run has RUN_TAG=<run id> in its environment (runtime/groups.py), and
+#: so does whatever it starts: how a run's processes and shared-memory segments are told apart.
+RUN_TAG = "EMBODIED_RL_RUN"
+
 
 def embodied_rl_home() -> Path:
     """Per-user cache of system pieces installed by scripts/setup.sh (Vulkan driver, LIBERO config)."""

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Listener
 from pathlib import Path
@@ -21,11 +22,17 @@ import numpy as np
 import pytest
 
 from embodied_rl.config.schema.env import EnvConfig, ServerConfig, SubprocConfig
+from embodied_rl.distributed.shm import list_segments
 from embodied_rl.envs import make_env
 from embodied_rl.envs.service.client import ServedBackend
 from embodied_rl.envs.service.link import RemoteServer
 from embodied_rl.envs.service.protocol import KEY_ENV, PROTOCOL_VERSION
 from embodied_rl.envs.service.server import serve
+from embodied_rl.envs.service.shared_images import (
+    ImageReceiver,
+    ImageShipper,
+    new_prefix,
+)
 from embodied_rl.errors import ConfigError
 
 PUSH_CUBE = {"id": "PushCube-v1", "camera_heights": 64, "camera_widths": 64}
@@ -115,12 +122,15 @@ def test_a_server_killed_or_hung_mid_step_is_restarted_and_its_episodes_fail(cap
             assert not env.chunk_step(actions).episodes  # the new server steps
         assert backend.num_restarts == 2
         assert "restarting it, its episodes in flight count as failed" in caplog.text
+        # the killed server could not unlink its image segments: the restart swept them
+        assert len(list_segments(backend._images.prefix)) == 1
         backend.opts = dataclasses.replace(backend.opts, max_restarts=0)
         os.kill(backend.link.proc.pid, signal.SIGKILL)
         with pytest.raises(RuntimeError, match=r"env server .* \(env\) failed 1 times in a row, last during step: connection lost"):
             env.chunk_step(actions)
     finally:
         env.close()
+    assert not list_segments(backend._images.prefix)
 
 
 @pytest.mark.slow
@@ -138,8 +148,12 @@ def test_a_served_env_steps_as_the_same_env_in_process() -> None:
                 r = env.chunk_step(rng.uniform(-1, 1, (1, 4, 7)).astype(np.float32))
                 trace.append((r.obs, r.rewards, r.terminations, r.truncations, [dataclasses.astuple(e) for e in r.episodes]))
             results.append(trace)
+            if server is not None:  # a spawned server is on this host: its images came through shared memory
+                prefix = env.backend._images.prefix
+                assert list_segments(prefix)
         finally:
             env.close()
+    assert not list_segments(prefix)
     local, served = results
     assert np.array_equal(local[0].main_images, served[0].main_images)
     for a, b in zip(local[1:], served[1:]):
@@ -184,3 +198,62 @@ def test_a_mixture_task_sets_its_own_server() -> None:
     assert push.server is None and pick.server == ServerConfig(python=sys.executable)
     with pytest.raises(ConfigError, match=r"env.train.tasks\[1\].server.python=/nowhere does not exist"):
         load_config("maniskill_ppo_multitask_tiny", [tasks.replace(sys.executable, "/nowhere")], resources=Resources(1, 2, "cpu"))
+
+
+def test_observation_images_round_trip_through_shared_memory() -> None:
+    """What a spawned server sends in place of the images (a small descriptor, no array), and what
+    the env worker gets back: equal private arrays; a step without images passes as it is."""
+    import pickle
+
+    from embodied_rl.types import EnvObservation
+
+    rng = np.random.default_rng(0)
+    obs = EnvObservation(main_images=rng.integers(0, 255, (3, 64, 64, 3), dtype=np.uint8), states=rng.normal(size=(3, 9)).astype(np.float32),
+                         task_descriptions=["a", "b", "c"], wrist_images=rng.integers(0, 255, (3, 32, 32, 3), dtype=np.uint8))
+    prefix = new_prefix()
+    shipper, receiver = ImageShipper(prefix), ImageReceiver(prefix)
+    try:
+        for sent in (obs, dataclasses.replace(obs, wrist_images=None)):
+            wire = pickle.dumps(shipper.ship(sent))
+            assert len(wire) < 4096
+            got = receiver.receive(pickle.loads(wire))
+            assert np.array_equal(got.main_images, sent.main_images) and np.array_equal(got.states, sent.states)
+            assert (got.wrist_images is None) == (sent.wrist_images is None)
+            if sent.wrist_images is not None:
+                assert np.array_equal(got.wrist_images, sent.wrist_images)
+            got.main_images[0] = 0  # private: the server's next reply reuses the segment
+        assert len(list_segments(prefix)) == 1
+        blank = dataclasses.replace(obs, main_images=None, wrist_images=None)
+        assert receiver.receive(shipper.ship(blank)) == blank
+    finally:
+        shipper.close()
+        receiver.sweep()
+    assert not list_segments(prefix)
+
+
+@pytest.mark.slow
+@pytest.mark.maniskill
+def test_a_served_env_whose_env_worker_is_killed_leaves_no_shared_memory(tmp_path: Path) -> None:
+    """An env worker killed outright cannot sweep: its spawned server unlinks its image segments as it
+    exits with it."""
+    code = ("import sys\n"
+            "from tests.test_env_service import cfg\n"
+            "from embodied_rl.config.schema.env import ServerConfig\n"
+            "from embodied_rl.envs import make_env\n"
+            "env = make_env(cfg(ServerConfig(python=sys.executable)), 1)\n"
+            "env.reset()\n"
+            "print(env.backend._images.prefix, flush=True)\n"
+            "sys.stdin.readline()\n")
+    worker = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).parents[1])
+    try:
+        prefix = worker.stdout.readline().strip()
+        assert list_segments(prefix)
+        worker.kill()
+        worker.wait(timeout=30)
+        deadline = time.monotonic() + 30  # the server notices within a second that its parent is gone
+        while list_segments(prefix) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not list_segments(prefix)
+    finally:
+        worker.kill()

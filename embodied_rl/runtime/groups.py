@@ -22,14 +22,17 @@ from embodied_rl.distributed.channel import Channel
 from embodied_rl.distributed.placement import Placement
 from embodied_rl.distributed.resources import detect_resources
 from embodied_rl.distributed.shared_fs import check_shared_paths
+from embodied_rl.distributed.shm import sweep
 from embodied_rl.distributed.worker_group import RayCluster, WorkerError, WorkerGroup
+from embodied_rl.envs.service.shared_images import run_prefix
+from embodied_rl.process_env import RUN_TAG
 from embodied_rl.workers.protocol import ChannelWiring, SamplingSpec
 
 SETUP_TIMEOUT_S = 900.0
 PLACEMENT_FILE = "placement.json"
 # Every worker process carries RUN_TAG=<run name, first RUN_TAG_CHARS characters>-<id>, so the
 # processes of one run can be told apart (ps, a crash report, a kill test): run_worker_pids.
-RUN_TAG, RUN_TAG_CHARS = "EMBODIED_RL_RUN", 16
+RUN_TAG_CHARS = 16
 log = logging.getLogger(__name__)
 
 
@@ -52,6 +55,7 @@ class Groups:
     env: WorkerGroup
     rollout: WorkerGroup
     actor: WorkerGroup | None
+    run_id: str
 
     def placement_facts(self) -> dict:
         """Where every rank runs: its slot, the node the slot is pinned to and the node the
@@ -87,6 +91,7 @@ class Groups:
                 group.shutdown()
         for channel in {id(c): c for c in (self.wiring.obs, self.wiring.actions)}.values():
             channel.shutdown()
+        sweep(run_prefix(self.run_id))  # what env servers of dead env workers on this host left
         self.cluster.shutdown(keep_session=keep_session)
 
 
@@ -138,7 +143,7 @@ def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs
         for pending in (actor_ready, env_built):
             if pending is not None:
                 pending.wait(SETUP_TIMEOUT_S)
-        return Groups(cluster, placement, wiring, env, rollout, actor)
+        return Groups(cluster, placement, wiring, env, rollout, actor, run_id)
     except BaseException:
         cluster.shutdown()
         raise

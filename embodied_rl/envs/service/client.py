@@ -31,6 +31,7 @@ from embodied_rl.envs.service.protocol import (
     ResetIdSpace,
     Step,
 )
+from embodied_rl.envs.service.shared_images import ImageReceiver, new_prefix
 from embodied_rl.errors import ConfigError
 from embodied_rl.types import EnvObservation
 
@@ -47,8 +48,11 @@ class ServedBackend(SimulatorBackend):
         if server is None:
             raise ValueError("ServedBackend needs an env config with server set")
         self.num_envs, self.key, self.opts = num_envs, key, cfg.subproc
-        self._make = Make(env_cfg=dataclasses.asdict(cfg), num_envs=num_envs, seed=seed)
         self.link = SpawnedServer(server.python, key) if server.python else RemoteServer(server.address, key)
+        # A spawned server is on this host: its images come through shared memory.
+        prefix = new_prefix() if server.python else None
+        self._images = ImageReceiver(prefix) if prefix is not None else None
+        self._make = Make(env_cfg=dataclasses.asdict(cfg), num_envs=num_envs, seed=seed, shm_prefix=prefix)
         self.name = self.link.name
         self._conn: Connection | None = None
         self._reset_ids = np.full(num_envs, -1, np.int64)
@@ -148,9 +152,13 @@ class ServedBackend(SimulatorBackend):
             self._conn.close()
             self._conn = None
         self.link.stop()
+        if self._images is not None:
+            self._images.sweep()
 
     # ------------------------------------------------------------------ internals
     def _start(self) -> BackendInfo:
+        if self._images is not None:  # what a server before this one left (killed, it could not unlink)
+            self._images.sweep()
         self._conn, _info = self.link.start(self.opts.start_timeout_s)
         return self._call(self._make, self.opts.start_timeout_s)
 
@@ -175,7 +183,19 @@ class ServedBackend(SimulatorBackend):
             raise RuntimeError(f"env server {self.name}: {what} raised {reply.error}")
         if not isinstance(msg, Make):
             self.failures_in_row = 0
-        return reply.value
+        return self._receive(reply.value)
+
+    def _receive(self, value: Any) -> Any:
+        """A reply's observation with its images back in arrays (Reset: (obs, tasks), Step: BackendStep)."""
+        if self._images is None:
+            return value
+        if isinstance(value, EnvObservation):
+            return self._images.receive(value)
+        if isinstance(value, BackendStep):
+            value.obs = self._images.receive(value.obs)
+        elif isinstance(value, tuple) and value and isinstance(value[0], EnvObservation):
+            value = (self._images.receive(value[0]), *value[1:])
+        return value
 
     def _recover(self, fault: ServerFault, what: str, kept: Sequence[int]) -> EnvObservation:
         """Restart the server and reset every sub-env to its reset id; returns all N rows'

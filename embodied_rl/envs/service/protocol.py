@@ -4,7 +4,9 @@ exchange over one `multiprocessing.connection` connection, pickled (numpy arrays
 One request, one reply, in order. The first request is `Hello`; a server that speaks another
 `PROTOCOL_VERSION` refuses the connection in its reply. Then `Make` builds the backend the
 connection owns, and the backend calls follow until `Close` (or the connection ends, which
-closes the backend too). Bump PROTOCOL_VERSION whenever a message or reply changes.
+closes the backend too). Images of the replies' observations travel pickled, or through shared
+memory where the env worker asks for it (shared_images.py). Bump PROTOCOL_VERSION whenever a
+message or reply changes.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import numpy as np
 
 from embodied_rl.errors import ConfigError
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 #: Environment variable holding the connection key (hex) on both sides: a server started by hand
 #: reads it, an env worker connecting to it reads it; a spawned server gets a fresh one there.
 KEY_ENV = "EMBODIED_RL_ENV_SERVER_KEY"
@@ -30,11 +32,14 @@ class Hello:
 @dataclass(frozen=True)
 class Make:
     """Build `num_envs` sub-envs of `env_cfg["env_type"]`: `env_cfg` is the env config as a dict
-    (init_params included), validated by the server against its simulator's schema."""
+    (init_params included), validated by the server against its simulator's schema.
+    `shm_prefix`: the server is on the env worker's host; it sends observation images in shared
+    memory segments named with this prefix (None: pickled in the replies)."""
 
     env_cfg: dict[str, Any]
     num_envs: int
     seed: int
+    shm_prefix: str | None = None
 
 
 @dataclass(frozen=True)

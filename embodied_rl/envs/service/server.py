@@ -39,9 +39,13 @@ from embodied_rl.envs.service.protocol import (
     key_from_env,
     parse_address,
 )
+from embodied_rl.envs.service.shared_images import ImageShipper
 from embodied_rl.errors import ConfigError
 
 log = logging.getLogger("embodied_rl.env_server")
+#: The shared-memory image pools of this process's open sessions: unlinked on the way out when the
+#: env worker that spawned this server dies (its own sweep cannot run then).
+_SHIPPERS: set[ImageShipper] = set()
 
 
 class Session:
@@ -52,6 +56,7 @@ class Session:
         self.backend: Any = None
         self.backend_cls: Any = None
         self.params: Any = None
+        self.shipper: ImageShipper | None = None
 
     def handle(self, msg: object) -> Any:
         if isinstance(msg, Make):
@@ -62,16 +67,20 @@ class Session:
             return self.backend_cls.reset_id_space(self.params, msg.split)
         if isinstance(msg, Reset):
             obs = self.backend.reset(msg.env_ids, msg.reset_ids)
-            return obs, [self.backend.task_of(int(i)) for i in msg.env_ids]
+            return self._ship(obs), [self.backend.task_of(int(i)) for i in msg.env_ids]
         if isinstance(msg, Step):
             out = self.backend.step(msg.actions, msg.env_ids, render=msg.render)
             if not msg.render and self.backend.renders_on_demand:
                 # images unchanged since the last rendered observation, which the client holds: not sent
                 out.obs = dataclasses.replace(out.obs, main_images=None, wrist_images=None)
+            out.obs = self._ship(out.obs)
             return out
         if isinstance(msg, Observe):
-            return self.backend.observe(msg.env_ids)
+            return self._ship(self.backend.observe(msg.env_ids))
         raise ValueError(f"unknown request {type(msg).__name__}")
+
+    def _ship(self, obs: Any) -> Any:
+        return obs if self.shipper is None else self.shipper.ship(obs)
 
     def _make(self, msg: Make) -> BackendInfo:
         from embodied_rl.config.schema.env import EnvConfig
@@ -93,11 +102,18 @@ class Session:
         backend_cls.check_names(params, "init_params")
         self.backend = backend_cls(cfg, params, msg.num_envs, seed=msg.seed)
         self.backend_cls, self.params = backend_cls, params
+        if msg.shm_prefix is not None:
+            self.shipper = ImageShipper(msg.shm_prefix)
+            _SHIPPERS.add(self.shipper)
         log.info("env server %d: %d sub-envs of %s", os.getpid(), msg.num_envs, cfg.env_type)
         return BackendInfo(action_dim=int(self.backend.action_dim), renders_on_demand=bool(self.backend.renders_on_demand),
                            num_reset_ids=self.backend.num_reset_ids())
 
     def close(self) -> None:
+        if self.shipper is not None:
+            _SHIPPERS.discard(self.shipper)
+            self.shipper.close()
+            self.shipper = None
         if self.backend is not None:
             self.backend.close()
             self.backend = None
@@ -169,6 +185,8 @@ def _exit_with_parent() -> None:
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(1.0)
+        for shipper in list(_SHIPPERS):
+            shipper.close()
         os._exit(1)
 
     threading.Thread(target=watch, daemon=True, name="env-server-parent").start()
