@@ -9,6 +9,7 @@ environment provides the rest), so the simulator loads there and nowhere else.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -69,3 +70,7 @@ def test_a_simulator_the_trainer_cannot_import_trains_evaluates_and_survives_its
     assert metrics[1]["env/fail_rate"] > 0  # the episodes in flight, reported failed
     assert metrics[2]["env/fail_rate"] == 0 and metrics[2]["env/num_trajectories"] > 0
     assert metrics[2]["eval/num_trajectories"] >= 1 and 0.0 <= metrics[2]["eval/success_once"] <= 1.0
+    # environment.json records the servers' interpreter and versions beside the env worker's own
+    (worker,) = json.loads((tmp_path / "runs" / "served" / "environment.json").read_text())["env_workers"]
+    (server,) = worker["env_servers"]
+    assert server["server"] == str(python) and server["executable"] == sys.executable and server["packages"]["mani-skill"]

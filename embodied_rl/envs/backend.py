@@ -160,6 +160,11 @@ class SimulatorBackend(ABC):
         names something outside the simulator's closed sets (tasks, robots, controllers,
         cameras), read from its registries without starting it. Default: nothing to check."""
 
+    def served_by(self) -> dict[str, Any] | None:
+        """Facts of the process that runs the simulator when it is not this one (an env server):
+        its interpreter and simulator_facts, for the run's environment.json. Default: None."""
+        return None
+
     def close(self) -> None:
         """Release simulator processes and contexts."""
 

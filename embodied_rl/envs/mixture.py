@@ -96,6 +96,10 @@ class MixtureVectorEnv:
         for _, env in self.parts:
             env.epoch = value
 
+    def backends(self) -> list:
+        """Every task's simulator backend, in task order."""
+        return [b for _, env in self.parts for b in env.backends()]
+
     @property
     def used_reset_ids(self) -> set[int]:
         """Every reset id an episode started from, over all tasks (each id names a state of its own task)."""

@@ -318,6 +318,9 @@ class ChunkedVectorEnv:
             return None
         return self.recorder.end()
 
+    def backends(self) -> list[SimulatorBackend]:
+        return [self.backend]
+
     def close(self) -> None:
         if self.recorder is not None:
             self.recorder.close()

@@ -73,9 +73,14 @@ def simulator_facts() -> dict[str, Any]:
     }
 
 
+def distinct(facts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per distinct set of facts, in first-seen order."""
+    return [json.loads(s) for s in dict.fromkeys(json.dumps(f, sort_keys=True) for f in facts)]
+
+
 def write_environment(run_dir: Path, facts: list[dict[str, Any]]) -> Path:
     """environment.json: the distinct facts of the run's env workers (one entry per distinct set)."""
-    unique = [json.loads(s) for s in dict.fromkeys(json.dumps(f, sort_keys=True) for f in facts)]
+    unique = distinct(facts)
     path = Path(run_dir) / ENVIRONMENT_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"env_workers": unique}, indent=1) + "\n")

@@ -13,7 +13,7 @@ from embodied_rl.distributed.channel import Channel
 from embodied_rl.distributed.placement import envs_per_worker, rollout_rank_of
 from embodied_rl.envs import ChunkedVectorEnv, make_env
 from embodied_rl.envs.metrics import episode_metrics, merge_metrics
-from embodied_rl.evaluation.provenance import simulator_facts
+from embodied_rl.evaluation.provenance import distinct, simulator_facts
 from embodied_rl.process_env import configure_process_env
 from embodied_rl.timing import Timer
 from embodied_rl.types import EpisodeOutcome, EpisodeSummary
@@ -98,8 +98,10 @@ class EnvWorker:
         return {mode: sorted(set().union(*(env.used_reset_ids for env in envs))) for mode, envs in self._envs.items()}
 
     def simulator_facts(self) -> dict:
-        """Simulator, renderer and package versions of this process (the run's environment.json)."""
-        return simulator_facts()
+        """Simulator, renderer and package versions of this process (the run's environment.json),
+        and of each env server its sub-envs run in."""
+        servers = [s for envs in self._envs.values() for env in envs for b in env.backends() if (s := b.served_by())]
+        return simulator_facts() | ({"env_servers": distinct(servers)} if servers else {})
 
     def num_envs(self, mode: str = "train") -> int:
         return self.per_stage[mode] * self.stages

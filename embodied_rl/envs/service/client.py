@@ -141,6 +141,9 @@ class ServedBackend(SimulatorBackend):
         self._remember(ids, obs)
         return obs
 
+    def served_by(self) -> dict[str, Any]:
+        return {"server": self.name, "executable": self.server.python, **self.server.facts}
+
     def close(self) -> None:
         if self._conn is not None:
             try:
@@ -159,7 +162,7 @@ class ServedBackend(SimulatorBackend):
     def _start(self) -> BackendInfo:
         if self._images is not None:  # what a server before this one left (killed, it could not unlink)
             self._images.sweep()
-        self._conn, _info = self.link.start(self.opts.start_timeout_s)
+        self._conn, self.server = self.link.start(self.opts.start_timeout_s)
         return self._call(self._make, self.opts.start_timeout_s)
 
     def _call(self, msg: object, timeout_s: float) -> Any:

@@ -72,11 +72,13 @@ class Close:
 
 @dataclass(frozen=True)
 class ServerInfo:
-    """Hello's reply."""
+    """Hello's reply; `facts`: the server's simulator_facts (package versions and renderer of its
+    interpreter), recorded in the run's environment.json."""
 
     version: int
     python: str
     pid: int
+    facts: dict[str, Any]
 
 
 @dataclass(frozen=True)

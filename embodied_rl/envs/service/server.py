@@ -41,6 +41,7 @@ from embodied_rl.envs.service.protocol import (
 )
 from embodied_rl.envs.service.shared_images import ImageShipper
 from embodied_rl.errors import ConfigError
+from embodied_rl.evaluation.provenance import simulator_facts
 
 log = logging.getLogger("embodied_rl.env_server")
 #: The shared-memory image pools of this process's open sessions: unlinked on the way out when the
@@ -131,7 +132,7 @@ def serve_connection(conn: Connection, version: int = PROTOCOL_VERSION) -> None:
             theirs = hello.version if isinstance(hello, Hello) else type(hello).__name__
             conn.send(Reply(False, error=f"the env server speaks protocol version {version}, the env worker {theirs}", config_error=True))
             return
-        conn.send(Reply(True, ServerInfo(version=version, python=sys.executable, pid=os.getpid())))
+        conn.send(Reply(True, ServerInfo(version=version, python=sys.executable, pid=os.getpid(), facts=simulator_facts())))
         while True:
             try:
                 msg = conn.recv()
