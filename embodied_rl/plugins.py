@@ -44,6 +44,11 @@ def load_plugins(modules: Sequence[str] = ()) -> list[str]:
     return imported
 
 
+def loaded() -> tuple[str, ...]:
+    """The plug-in modules this process has imported (entry points and config `plugins`)."""
+    return tuple(sorted(_loaded))
+
+
 @functools.lru_cache(maxsize=4)
 def _entry_point_modules(path: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     """(entry name, module) of the plug-ins installed on this sys.path. Reading every installed

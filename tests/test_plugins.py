@@ -124,3 +124,41 @@ def test_an_installed_distribution_names_its_plugin_by_entry_point(tmp_path: Pat
     monkeypatch.syspath_prepend(str(tmp_path))
     assert "erl_ep_plugin" in load_plugins()
     assert sys.modules["erl_ep_plugin"].LOADED and load_plugins() == []  # once per process
+
+
+@pytest.mark.slow
+def test_a_served_plugin_simulator_is_imported_by_its_server(tmp_path: Path) -> None:
+    """An env server builds a simulator that a config plug-in registers: it imports the env worker's
+    plug-in modules when the env_type is none of its own, and names the module where it cannot."""
+    import numpy as np
+
+    from embodied_rl.config.schema.env import EnvConfig, ServerConfig
+    from embodied_rl.envs import make_env
+
+    sys.path.insert(0, str(EXAMPLE))
+    try:
+        load_plugins(["erl_example_plugin"])
+    finally:
+        sys.path.remove(str(EXAMPLE))
+    servers = {}
+    for name, path in (("with", f"{EXAMPLE}:$PYTHONPATH"), ("without", "$PYTHONPATH")):
+        servers[name] = tmp_path / f"python_{name}"
+        servers[name].write_text(f'#!/bin/sh\nPYTHONPATH="{path}" exec {sys.executable} "$@"\n')
+        servers[name].chmod(0o755)
+
+    def served(python: Path) -> EnvConfig:
+        return EnvConfig(env_type="point_reach", task_description="reach", init_params={"image_size": 32}, max_episode_steps=8,
+                         server=ServerConfig(python=str(python)))
+
+    env = make_env(served(servers["with"]), 1)
+    try:
+        first = env.reset()
+        assert first.main_images.shape == (1, 32, 32, 3)
+        result = env.chunk_step(np.zeros((1, 4, env.backend.action_dim), np.float32))
+        assert result.obs.main_images.shape == (1, 32, 32, 3)
+    finally:
+        env.close()
+    with pytest.raises(ConfigError) as err:
+        make_env(served(servers["without"]), 1)
+    assert "plugins: module 'erl_example_plugin' does not import (ModuleNotFoundError" in str(err.value)
+    assert "\n" not in str(err.value)

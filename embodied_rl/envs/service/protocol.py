@@ -34,12 +34,15 @@ class Make:
     """Build `num_envs` sub-envs of `env_cfg["env_type"]`: `env_cfg` is the env config as a dict
     (init_params included), validated by the server against its simulator's schema.
     `shm_prefix`: the server is on the env worker's host; it sends observation images in shared
-    memory segments named with this prefix (None: pickled in the replies)."""
+    memory segments named with this prefix (None: pickled in the replies).
+    `plugins`: the plug-in modules imported in the env worker; the server imports them when
+    `env_type` is none of its own simulators."""
 
     env_cfg: dict[str, Any]
     num_envs: int
     seed: int
     shm_prefix: str | None = None
+    plugins: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,6 @@ class Session:
     def _make(self, msg: Make) -> BackendInfo:
         from embodied_rl.config.schema.env import EnvConfig
         from embodied_rl.config.typecheck import build
-        from embodied_rl.envs.backend import get_simulator
 
         if self.backend is not None:
             raise ValueError("Make twice on one connection: open a connection per backend")
@@ -95,7 +94,7 @@ class Session:
         data = {k: v for k, v in msg.env_cfg.items() if k in names} | {"tasks": [], "server": None}
         cfg = build(EnvConfig, data, "env")
         try:
-            backend_cls = get_simulator(cfg.env_type)
+            backend_cls = _simulator(cfg.env_type, msg.plugins)
         except KeyError as err:
             raise ConfigError(f"env_type: {err.args[0]} in the server's environment ({sys.executable}); install the "
                               "simulator there") from None
@@ -118,6 +117,22 @@ class Session:
         if self.backend is not None:
             self.backend.close()
             self.backend = None
+
+
+def _simulator(env_type: str, plugins: Sequence[str]) -> Any:
+    """The backend class of `env_type`: a built-in or installed one, else one the env worker's
+    plug-in modules register (imported here only then: a policy plug-in's imports need not exist
+    in a simulator's environment)."""
+    from embodied_rl.envs.backend import get_simulator
+    from embodied_rl.plugins import load_plugins
+
+    try:
+        return get_simulator(env_type)
+    except KeyError:
+        if not plugins:
+            raise
+    load_plugins(list(plugins))
+    return get_simulator(env_type)
 
 
 def serve_connection(conn: Connection, version: int = PROTOCOL_VERSION) -> None:
