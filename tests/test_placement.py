@@ -1,6 +1,8 @@
 """cluster.component_placement parsing: valid layouts and one-line errors naming the key."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from embodied_rl.distributed.nodes import bundle_selectors, slot_nodes
@@ -79,3 +81,47 @@ def test_slots_fill_nodes_in_order_head_first():
     assert slot_nodes(nodes, num_nodes=2, slots_per_node=4, bundle={"CPU": 1.0}) == ["b"] * 4 + ["a"] * 4
     with pytest.raises(ConfigError, match=r"only 2 Ray node\(s\) have CPU=4 for 4 slot\(s\) each; too small: h \(CPU=2\)"):
         slot_nodes(nodes, num_nodes=3, slots_per_node=4, bundle={"CPU": 1.0})
+
+
+# Runs in its own interpreter: a Ray session of its own with logical GPUs (Ray's bookkeeping; no
+# CUDA device needed), beside whatever session the test process holds.
+THREADS_PER_GPU_WORKER = """
+import json, os, ray
+from embodied_rl.distributed.placement import parse_component_placement
+from embodied_rl.distributed.worker_group import RayCluster, WorkerGroup
+
+class Probe:
+    def __init__(self, rank, world_size):
+        pass
+    def threads(self):
+        import torch
+        return os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads()
+
+ray.init(address="local", num_cpus=8, num_gpus=2, include_dashboard=False)
+cluster = RayCluster()
+out = {"cpus_per_slot": cluster.cpus_per_slot}
+for name, spec in (("alone", {"env": "0-1"}), ("two_per_gpu", {"env": "0-1:0-3"})):
+    group = WorkerGroup(Probe, cluster, cluster.placement(spec), "env")
+    out[name] = [list(t) for t in group.threads().wait(120)]
+    group.shutdown()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_a_gpu_slots_processes_get_its_share_of_the_nodes_cpus_for_their_threads() -> None:
+    """8 CPUs, 2 GPUs: each GPU slot reserves 4 CPUs; a worker alone on its GPU runs torch on 4
+    threads, two workers sharing a GPU on 2 each (not 1 thread per GPU worker). torch never runs
+    more threads than the machine has cores."""
+    import json
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "RAY_ADDRESS")}
+    proc = subprocess.run([sys.executable, "-c", THREADS_PER_GPU_WORKER], capture_output=True, text=True, timeout=600, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["cpus_per_slot"] == 4
+    cores = os.cpu_count() or 1
+    assert out["alone"] == [["4", min(4, cores)]] * 2
+    assert out["two_per_gpu"] == [["2", min(2, cores)]] * 4

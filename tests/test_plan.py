@@ -88,16 +88,21 @@ def test_plan_counts_processes() -> None:
     assert (plan.env_workers, plan.rollout_workers, plan.actor_world_size) == (2, 2, 2)
 
 
+# expected: (nodes, slots per node, accelerator, CPUs reserved per slot)
 @pytest.mark.parametrize(("cpus", "gpus", "nodes", "slots", "expected"), [
-    (2, 0, 1, None, (1, 2, "cpu")),
-    (64, 0, 1, None, (1, 64, "cpu")),
-    (64, 0, 2, None, (2, 32, "cpu")),
-    (2, 0, 1, 4, (1, 4, "cpu")),
-    (96, 16, 2, None, (2, 8, "gpu")),
+    (2, 0, 1, None, (1, 2, "cpu", 1)),
+    (2, 0, 1, 1, (1, 1, "cpu", 1)),
+    (64, 0, 1, None, (1, 64, "cpu", 1)),
+    (64, 0, 1, 8, (1, 8, "cpu", 1)),
+    (64, 0, 2, None, (2, 32, "cpu", 1)),
+    (2, 0, 1, 4, (1, 4, "cpu", 1)),
+    (96, 16, 2, None, (2, 8, "gpu", 6)),
+    (16, 1, 1, None, (1, 1, "gpu", 16)),
+    (4, 8, 1, None, (1, 8, "gpu", 1)),
 ])
 def test_resources_from_ray_totals(cpus: int, gpus: int, nodes: int, slots: int | None, expected: tuple) -> None:
     res = from_totals(cpus, gpus, num_nodes=nodes, num_cpu_slots=slots, source="test")
-    assert (res.num_nodes, res.slots_per_node, res.accelerator) == expected
+    assert (res.num_nodes, res.slots_per_node, res.accelerator, res.cpus_per_slot) == expected
 
 
 def test_gpu_count_must_split_over_nodes() -> None:

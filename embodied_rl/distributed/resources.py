@@ -27,6 +27,10 @@ class Resources:
     #: Read from this machine or its Ray session, so this machine's RAM is a CPU slot's memory;
     #: False for a machine described by the caller (planning for a machine you are not on).
     local: bool = False
+    #: CPUs reserved with each slot: 1 for a CPU slot; a GPU node's CPUs split evenly over its GPUs
+    #: (at least 1), so the processes of a GPU slot get the node's cores for their threads (image
+    #: resizing, advantages): Ray sets a worker's OMP_NUM_THREADS from its CPU share.
+    cpus_per_slot: int = 1
 
     def __post_init__(self) -> None:
         if self.accelerator not in ACCELERATORS:
@@ -67,7 +71,7 @@ def from_totals(total_cpus: float, total_gpus: float, *, num_nodes: int, num_cpu
     if gpus:
         if gpus % num_nodes:
             raise ConfigError(f"cluster.num_nodes={num_nodes}: {gpus} GPUs ({source}) do not split evenly over the nodes")
-        return Resources(num_nodes, gpus // num_nodes, "gpu", source, local)
+        return Resources(num_nodes, gpus // num_nodes, "gpu", source, local, cpus_per_slot=max(1, int(total_cpus) // gpus))
     per_node = num_cpu_slots or max(1, int(total_cpus) // num_nodes)
     if num_cpu_slots is not None and num_cpu_slots < 1:
         raise ConfigError(f"cluster.num_cpu_slots={num_cpu_slots} must be >= 1, or null for the CPU count")

@@ -1,8 +1,9 @@
 """Ray session, resource slots and groups of Ray actors placed on them.
 
 `RayCluster` starts Ray locally (or joins `cluster.address` / $RAY_ADDRESS), then reserves one
-placement-group bundle per slot: {"GPU": 1, "CPU": 1} on GPU clusters, {"CPU": 1} on machines
-without GPUs, each pinned to its slot's node (distributed/nodes.py). `WorkerGroup` launches one actor per process of a component, each pinned to its
+placement-group bundle per slot: {"GPU": 1, "CPU": c} on GPU clusters (c: a node's CPUs split
+over its GPUs, Resources.cpus_per_slot), {"CPU": 1} on machines without GPUs, each pinned to its
+slot's node (distributed/nodes.py). `WorkerGroup` launches one actor per process of a component, each pinned to its
 slot's bundle with a 1/occupancy share of it, so collocated components fit (e.g. env, rollout
 and actor all on slot 0 of a 2-core box).
 """
@@ -91,7 +92,8 @@ class RayCluster:
         self.resources = found
         self.accelerator, self.num_slots = found.accelerator, found.num_slots
         self.num_nodes, self.slots_per_node = num_nodes, found.slots_per_node
-        bundle = {"GPU": 1.0, "CPU": 1.0} if found.accelerator == "gpu" else {"CPU": 1.0}
+        self.cpus_per_slot = found.cpus_per_slot
+        bundle = {"CPU": float(found.cpus_per_slot)} | ({"GPU": 1.0} if found.accelerator == "gpu" else {})
         try:
             self.slot_node_ids = slot_nodes(ray.nodes(), num_nodes, self.slots_per_node, bundle)
         except ConfigError:
@@ -295,7 +297,7 @@ class WorkerGroup:
         for rank, slot in enumerate(where.process_slots):
             share = 1.0 / placement.occupancy(slot)
             options: dict[str, Any] = {
-                "num_cpus": share,
+                "num_cpus": share * cluster.cpus_per_slot,  # Ray sets the worker's OMP_NUM_THREADS from it (>= 1)
                 "scheduling_strategy": PlacementGroupSchedulingStrategy(cluster.pg, placement_group_bundle_index=slot),
                 "runtime_env": {"env_vars": {"EMBODIED_RL_SLOT": str(slot), **(env_vars or {})}},
             }
