@@ -34,6 +34,8 @@ CASES: list[tuple[str, list[str], str]] = [
     ("train", ["cluster.num_cpu_slots=0"], "cluster.num_cpu_slots: must be >= 1"),
     ("train", ["cluster.num_nodes=2"], "cluster.num_nodes=2 needs a running Ray cluster"),
     ("train", ["cluster.address=walk"], "cluster.address=walk: expected host:port of a Ray head node"),
+    # the asymmetric critic's input size against the task's privileged state
+    ("train", ["env.train=maniskill_pick_cube"], "actor.model.privileged_state_dim=36 but env.train (maniskill PickCube-v1) gives a 43-d privileged state"),
     # placement
     ("train", ['cluster.component_placement={"actor,env,rolout": all}'], "unknown component 'rolout'"),
     ("train", ["cluster.component_placement={actor: 0-5, env: all, rollout: all}"], "rank 5 out of range"),

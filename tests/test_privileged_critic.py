@@ -12,6 +12,7 @@ from embodied_rl.config.schema.env import EnvConfig
 from embodied_rl.configure import load_config
 from embodied_rl.envs import ChunkedVectorEnv
 from embodied_rl.envs.maniskill import ManiSkillBackend, ManiSkillParams
+from embodied_rl.envs.maniskill.spec import PANDA_PRIVILEGED_DIMS, maniskill_env_spec
 from embodied_rl.envs.reset_split import seed_split
 from embodied_rl.errors import ConfigError
 from embodied_rl.models import build_policy
@@ -21,6 +22,21 @@ from tests.observations import observations
 
 PUSH = ManiSkillParams(id="PushCube-v1", camera_heights=64, camera_widths=64, reward_mode="normalized_dense")
 PUSH_STATE_DIM = 35  # qpos 9 + qvel 9 + tcp_pose 7 + goal_pos 3 + obj_pose 7
+
+
+@pytest.mark.maniskill
+def test_the_privileged_sizes_the_config_checks_use_are_maniskills_own():
+    """The config check of actor.model.privileged_state_dim reads a table (no simulator before
+    start): each entry is the size of the task's `state` observation as ManiSkill builds it."""
+    import gymnasium as gym
+    import mani_skill.envs  # noqa: F401  (registers the tasks)
+
+    for task, dim in PANDA_PRIVILEGED_DIMS.items():
+        env = gym.make(task, obs_mode="state", num_envs=1)
+        try:
+            assert env.observation_space.shape[-1] == dim, task
+        finally:
+            env.close()
 
 
 def vector_env(params: ManiSkillParams, **kw) -> ChunkedVectorEnv:
@@ -39,6 +55,7 @@ def test_privileged_state_and_clock_reach_the_observation_and_the_policy_inputs_
         a, b = plain.reset(), priv.reset()
         assert a.privileged_states is None
         assert b.privileged_states.shape == (1, PUSH_STATE_DIM + 1) and b.privileged_states.dtype == np.float32
+        assert maniskill_env_spec(dataclasses.replace(PUSH, privileged_state=True)).privileged_state_dim == PUSH_STATE_DIM + 1
         assert b.privileged_states[0, -1] == 0.0  # the clock at the first step
         # what the policy sees is the same with and without the privileged state
         np.testing.assert_array_equal(a.main_images, b.main_images)

@@ -43,13 +43,16 @@ class EnvSpec:
     (before any simulator starts); None where only the running simulator knows.
 
     image_size: (height, width) of every camera image; cameras: images per observation (main,
-    plus wrist); state_dim: size of the "state" vector; action_dim: the controller's action size.
+    plus wrist); state_dim: size of the "state" vector; action_dim: the controller's action size;
+    privileged_state_dim: size of EnvObservation.privileged_states (the clock included) where the
+    config asks for them.
     """
 
     image_size: tuple[int, int] | None = None
     cameras: int | None = None
     state_dim: int | None = None
     action_dim: int | None = None
+    privileged_state_dim: int | None = None
 
 
 class SubEnv(ABC):

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from embodied_rl.config.plan import used_modes
 from embodied_rl.config.rules import RuleSet
 from embodied_rl.config.typecheck import build
-from embodied_rl.envs.backend import get_simulator
+from embodied_rl.envs.backend import get_simulator, spec_of
 from embodied_rl.envs.mixture_checks import check_mixture, check_mixture_split
 from embodied_rl.errors import ConfigError
 
@@ -77,6 +77,12 @@ def _privileged_state(cfg: RootConfig) -> None:
                                       "use actor.model.value_input=hidden")
                 raise ConfigError("actor.model.value_input=privileged_state reads the simulator's privileged state: "
                                   f"set {key}.init_params.privileged_state=true")
+            if mode == "train" and wants:
+                given = spec_of(env, key).privileged_state_dim
+                if given is not None and given != m.privileged_state_dim:
+                    raise ConfigError(f"actor.model.privileged_state_dim={m.privileged_state_dim} but {key} ({env.env_type} "
+                                      f"{env.init_params.get('id', '')}) gives a {given}-d privileged state (the clock included); "
+                                      f"set actor.model.privileged_state_dim={given}")
             if has and (mode == "eval" or not wants):
                 raise ConfigError(f"{key}.init_params.privileged_state=true but nothing reads it (only a training critic with "
                                   "actor.model.value_input=privileged_state does); remove it")

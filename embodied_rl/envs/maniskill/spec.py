@@ -14,6 +14,10 @@ PANDA_ROBOTS = ("panda", "panda_wristcam")
 PANDA_ACTION_DIMS = {"pd_ee_delta_pose": 7, "pd_ee_target_delta_pose": 7, "pd_ee_pose": 7, "pd_ee_delta_pos": 4,
                      "pd_ee_target_delta_pos": 4, "pd_joint_delta_pos": 8, "pd_joint_target_delta_pos": 8,
                      "pd_joint_pos": 8, "pd_joint_vel": 8, "pd_joint_pos_vel": 15, "pd_joint_delta_pos_vel": 15}
+# Size of each task's `state` observation with a Panda arm (qpos and qvel, then the task's extras),
+# as ManiSkill 3.0.1 gives it: the privileged state before the episode clock is appended.
+PANDA_PRIVILEGED_DIMS = {"PushCube-v1": 35, "PickCube-v1": 42, "PullCube-v1": 35, "StackCube-v1": 48,
+                         "PegInsertionSide-v1": 43, "PlugCharger-v1": 46}
 # Every offline task observes the TCP pose: the state is TCP xyz + quaternion and the two fingers
 # (make.proprio_state), then the goal xyz with append_goal_to_state.
 TCP_STATE_DIM, GOAL_DIM = 9, 3
@@ -33,4 +37,5 @@ def maniskill_env_spec(params: ManiSkillParams) -> EnvSpec:
         cameras=cameras,
         state_dim=TCP_STATE_DIM + GOAL_DIM * params.append_goal_to_state if panda else None,
         action_dim=PANDA_ACTION_DIMS.get(params.control_mode) if panda else None,
+        privileged_state_dim=PANDA_PRIVILEGED_DIMS[params.id] + 1 if panda and params.privileged_state else None,
     )
