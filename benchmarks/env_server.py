@@ -9,6 +9,7 @@ A rollout epoch: `reset()` then --chunk-steps chunk steps of --chunk fixed (zero
 first epoch of each side is a warm-up and not timed. Goal: served / in-process within 1.15x.
 
     python benchmarks/env_server.py [--task PushCube-v1] [--envs 2] [--size 64] [--chunk-steps 10] [--rounds 3]
+    python benchmarks/env_server.py --transfer [--envs 16 --cameras 2 --size 128] [--replies 200] [--rounds 3]
 """
 from __future__ import annotations
 
@@ -52,6 +53,66 @@ def epoch(env, args: argparse.Namespace) -> float:
     return time.perf_counter() - t
 
 
+def _serve_replies(conn, obs, prefix: str | None) -> None:
+    """A stand-in server: answers each request with `obs`, its images shipped as a spawned server does."""
+    from embodied_rl.envs.service.shared_images import ImageShipper
+
+    shipper = ImageShipper(prefix, min_bytes=0) if prefix else None
+    try:
+        while conn.recv():
+            conn.send(shipper.ship(obs) if shipper else obs)
+    finally:
+        if shipper:
+            shipper.close()
+
+
+def transfer(args: argparse.Namespace) -> None:
+    """One reply's transfer alone (no simulator): an observation batch of --envs x --cameras images
+    of --size px sent by another process over a Unix-socket connection, pickled and through shared
+    memory, request by request, the two alternated round by round."""
+    import multiprocessing as mp
+
+    from embodied_rl.envs.service.shared_images import ImageReceiver, new_prefix
+    from embodied_rl.types import EnvObservation
+
+    rng = np.random.default_rng(0)
+    images = [rng.integers(0, 255, (args.envs, args.size, args.size, 3), dtype=np.uint8) for _ in range(args.cameras)]
+    obs = EnvObservation(main_images=images[0], wrist_images=images[1] if args.cameras > 1 else None,
+                         states=np.zeros((args.envs, 9), np.float32), task_descriptions=["push the cube"] * args.envs)
+    times: dict[str, list[float]] = {"pickled": [], "shared memory": []}
+    ctx = mp.get_context("fork")
+    links = {}
+    for side in times:
+        prefix = new_prefix() if side == "shared memory" else None
+        mine, theirs = ctx.Pipe()
+        proc = ctx.Process(target=_serve_replies, args=(theirs, obs, prefix), daemon=True)
+        proc.start()
+        links[side] = (mine, proc, ImageReceiver(prefix) if prefix else None)
+    try:
+        for r in range(args.rounds):
+            for side in times if r % 2 == 0 else list(times)[::-1]:
+                conn, _, receiver = links[side]
+                t = time.perf_counter()
+                for _ in range(args.replies):
+                    conn.send(True)
+                    got = conn.recv()
+                    if receiver:
+                        got = receiver.receive(got)
+                times[side].append((time.perf_counter() - t) / args.replies)
+                assert np.array_equal(got.main_images, obs.main_images)
+    finally:
+        for conn, proc, receiver in links.values():
+            conn.send(False)
+            proc.join(timeout=30)
+            if receiver:
+                receiver.sweep()
+    med = {side: statistics.median(ts) for side, ts in times.items()}
+    mb = sum(a.nbytes for a in images) / 2**20
+    print(f"{args.envs} sub-envs x {args.cameras} camera(s) x {args.size} px ({mb:.2f} MiB of images), {args.replies} replies x "
+          f"{args.rounds} rounds: pickled {med['pickled'] * 1e3:.3f} ms, shared memory {med['shared memory'] * 1e3:.3f} ms per reply; "
+          f"shared memory / pickled: {med['shared memory'] / med['pickled']:.3f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--task", default="PushCube-v1")
@@ -60,7 +121,14 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=8, help="actions per chunk step")
     ap.add_argument("--chunk-steps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--transfer", action="store_true", help="time only the transfer of one reply's observation batch, "
+                    "pickled and through shared memory, between two processes (no simulator)")
+    ap.add_argument("--cameras", type=int, default=1, help="--transfer: images per sub-env")
+    ap.add_argument("--replies", type=int, default=200, help="--transfer: replies per round")
     args = ap.parse_args()
+    if args.transfer:
+        transfer(args)
+        return
     configure_process_env()
     envs, start = {}, {}
     try:

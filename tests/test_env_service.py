@@ -24,6 +24,7 @@ import pytest
 from embodied_rl.config.schema.env import EnvConfig, ServerConfig, SubprocConfig
 from embodied_rl.distributed.shm import list_segments
 from embodied_rl.envs import make_env
+from embodied_rl.envs.service import shared_images
 from embodied_rl.envs.service.client import ServedBackend
 from embodied_rl.envs.service.link import RemoteServer
 from embodied_rl.envs.service.protocol import KEY_ENV, PROTOCOL_VERSION
@@ -99,10 +100,13 @@ def test_a_server_that_never_listens_times_out(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.maniskill
-def test_a_server_killed_or_hung_mid_step_is_restarted_and_its_episodes_fail(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_server_killed_or_hung_mid_step_is_restarted_and_its_episodes_fail(caplog: pytest.LogCaptureFixture,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """One served PushCube sub-env: SIGKILL, then SIGSTOP (a hang past step_timeout_s), each during
     a chunk: the episode in flight ends failed, the server is started again and the env steps on;
-    with max_restarts=0 the next loss stops the rollout."""
+    with max_restarts=0 the next loss stops the rollout. Its images (12 KiB) take shared memory
+    here, as those of larger batches do."""
+    monkeypatch.setattr(shared_images, "SHM_MIN_BYTES", 0)
     env = make_env(cfg(ServerConfig(python=sys.executable), step_timeout_s=5.0), 1)
     try:
         backend = env.backend
@@ -135,9 +139,10 @@ def test_a_server_killed_or_hung_mid_step_is_restarted_and_its_episodes_fail(cap
 
 @pytest.mark.slow
 @pytest.mark.maniskill
-def test_a_served_env_steps_as_the_same_env_in_process() -> None:
+def test_a_served_env_steps_as_the_same_env_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
     """Same reset ids, same actions: the same observations (images of lazily rendered chunks
-    included), rewards, flags and episodes served as in-process."""
+    included, through shared memory), rewards, flags and episodes served as in-process."""
+    monkeypatch.setattr(shared_images, "SHM_MIN_BYTES", 0)
     results = []
     for server in (None, ServerConfig(python=sys.executable)):
         env = make_env(dataclasses.replace(cfg(server), max_episode_steps=12), 1)
@@ -211,8 +216,11 @@ def test_observation_images_round_trip_through_shared_memory() -> None:
     obs = EnvObservation(main_images=rng.integers(0, 255, (3, 64, 64, 3), dtype=np.uint8), states=rng.normal(size=(3, 9)).astype(np.float32),
                          task_descriptions=["a", "b", "c"], wrist_images=rng.integers(0, 255, (3, 32, 32, 3), dtype=np.uint8))
     prefix = new_prefix()
-    shipper, receiver = ImageShipper(prefix), ImageReceiver(prefix)
+    shipper, receiver = ImageShipper(prefix, min_bytes=0), ImageReceiver(prefix)
     try:
+        small = ImageShipper(prefix + "small.", min_bytes=obs.main_images.nbytes + obs.wrist_images.nbytes + 1)
+        assert small.ship(obs) is obs  # below the size where shared memory pays: pickled as it is
+        small.close()
         for sent in (obs, dataclasses.replace(obs, wrist_images=None)):
             wire = pickle.dumps(shipper.ship(sent))
             assert len(wire) < 4096
@@ -240,6 +248,8 @@ def test_a_served_env_whose_env_worker_is_killed_leaves_no_shared_memory(tmp_pat
             "from tests.test_env_service import cfg\n"
             "from embodied_rl.config.schema.env import ServerConfig\n"
             "from embodied_rl.envs import make_env\n"
+            "from embodied_rl.envs.service import shared_images\n"
+            "shared_images.SHM_MIN_BYTES = 0\n"
             "env = make_env(cfg(ServerConfig(python=sys.executable)), 1)\n"
             "env.reset()\n"
             "print(env.backend._images.prefix, flush=True)\n"

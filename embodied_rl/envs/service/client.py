@@ -21,6 +21,7 @@ import numpy as np
 from embodied_rl import plugins
 from embodied_rl.config.schema.env import EnvConfig
 from embodied_rl.envs.backend import BackendStep, SimulatorBackend
+from embodied_rl.envs.service import shared_images
 from embodied_rl.envs.service.link import RemoteServer, ServerFault, SpawnedServer
 from embodied_rl.envs.service.protocol import (
     BackendInfo,
@@ -53,7 +54,8 @@ class ServedBackend(SimulatorBackend):
         # A spawned server is on this host: its images come through shared memory.
         prefix = new_prefix() if server.python else None
         self._images = ImageReceiver(prefix) if prefix is not None else None
-        self._make = Make(env_cfg=dataclasses.asdict(cfg), num_envs=num_envs, seed=seed, shm_prefix=prefix, plugins=plugins.loaded())
+        self._make = Make(env_cfg=dataclasses.asdict(cfg), num_envs=num_envs, seed=seed, shm_prefix=prefix,
+                          shm_min_bytes=shared_images.SHM_MIN_BYTES, plugins=plugins.loaded())
         self.name = self.link.name
         self._conn: Connection | None = None
         self._reset_ids = np.full(num_envs, -1, np.int64)

@@ -33,8 +33,8 @@ class Hello:
 class Make:
     """Build `num_envs` sub-envs of `env_cfg["env_type"]`: `env_cfg` is the env config as a dict
     (init_params included), validated by the server against its simulator's schema.
-    `shm_prefix`: the server is on the env worker's host; it sends observation images in shared
-    memory segments named with this prefix (None: pickled in the replies).
+    `shm_prefix`: the server is on the env worker's host; it sends observation images of at least
+    `shm_min_bytes` per reply in shared memory segments named with this prefix (None: all pickled).
     `plugins`: the plug-in modules imported in the env worker; the server imports them when
     `env_type` is none of its own simulators."""
 
@@ -42,6 +42,7 @@ class Make:
     num_envs: int
     seed: int
     shm_prefix: str | None = None
+    shm_min_bytes: int = 0
     plugins: tuple[str, ...] = ()
 
 

@@ -103,7 +103,7 @@ class Session:
         self.backend = backend_cls(cfg, params, msg.num_envs, seed=msg.seed)
         self.backend_cls, self.params = backend_cls, params
         if msg.shm_prefix is not None:
-            self.shipper = ImageShipper(msg.shm_prefix)
+            self.shipper = ImageShipper(msg.shm_prefix, msg.shm_min_bytes)
             _SHIPPERS.add(self.shipper)
         log.info("env server %d: %d sub-envs of %s", os.getpid(), msg.num_envs, cfg.env_type)
         return BackendInfo(action_dim=int(self.backend.action_dim), renders_on_demand=bool(self.backend.renders_on_demand),
