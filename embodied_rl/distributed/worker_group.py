@@ -1,11 +1,10 @@
 """Ray session, resource slots and groups of Ray actors placed on them.
 
 `RayCluster` starts Ray locally (or joins `cluster.address` / $RAY_ADDRESS), then reserves one
-placement-group bundle per slot: {"GPU": 1, "CPU": c} on GPU clusters (c: a node's CPUs split
-over its GPUs, Resources.cpus_per_slot), {"CPU": 1} on machines without GPUs, each pinned to its
-slot's node (distributed/nodes.py). `WorkerGroup` launches one actor per process of a component, each pinned to its
-slot's bundle with a 1/occupancy share of it, so collocated components fit (e.g. env, rollout
-and actor all on slot 0 of a 2-core box).
+placement-group bundle per slot ({"GPU": 1, "CPU": Resources.cpus_per_slot} on GPU clusters,
+{"CPU": 1} without GPUs), pinned to its slot's node (distributed/nodes.py). `WorkerGroup`
+launches one actor per process of a component, each pinned to its slot's bundle with a
+1/occupancy share of it, so collocated components fit (e.g. all three on slot 0 of a 2-core box).
 """
 from __future__ import annotations
 
@@ -91,8 +90,7 @@ class RayCluster:
             )
         self.resources = found
         self.accelerator, self.num_slots = found.accelerator, found.num_slots
-        self.num_nodes, self.slots_per_node = num_nodes, found.slots_per_node
-        self.cpus_per_slot = found.cpus_per_slot
+        self.num_nodes, self.slots_per_node, self.cpus_per_slot = num_nodes, found.slots_per_node, found.cpus_per_slot
         bundle = {"CPU": float(found.cpus_per_slot)} | ({"GPU": 1.0} if found.accelerator == "gpu" else {})
         try:
             self.slot_node_ids = slot_nodes(ray.nodes(), num_nodes, self.slots_per_node, bundle)

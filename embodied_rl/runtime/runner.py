@@ -33,7 +33,7 @@ from embodied_rl.config.schema import RootConfig
 from embodied_rl.distributed.rng import seed_everything
 from embodied_rl.distributed.traffic import TRAFFIC
 from embodied_rl.distributed.worker_group import WorkerError, wait_together
-from embodied_rl.evaluation.provenance import write_environment
+from embodied_rl.envs.provenance import write_environment
 from embodied_rl.evaluation.summary import eval_summary
 from embodied_rl.runtime import checkpoint as ckpt
 from embodied_rl.runtime.evaluations import Evaluation, Evaluations

@@ -13,7 +13,7 @@ from embodied_rl.distributed.channel import Channel
 from embodied_rl.distributed.placement import envs_per_worker, rollout_rank_of
 from embodied_rl.envs import ChunkedVectorEnv, make_env
 from embodied_rl.envs.metrics import episode_metrics, merge_metrics
-from embodied_rl.evaluation.provenance import distinct, simulator_facts
+from embodied_rl.envs.provenance import distinct, simulator_facts
 from embodied_rl.process_env import configure_process_env
 from embodied_rl.timing import Timer
 from embodied_rl.types import EpisodeOutcome, EpisodeSummary

@@ -24,6 +24,7 @@ from multiprocessing import AuthenticationError
 from multiprocessing.connection import Connection, Listener
 from typing import Any
 
+from embodied_rl.envs.provenance import simulator_facts
 from embodied_rl.envs.service.protocol import (
     PROTOCOL_VERSION,
     BackendInfo,
@@ -41,7 +42,6 @@ from embodied_rl.envs.service.protocol import (
 )
 from embodied_rl.envs.service.shared_images import ImageShipper
 from embodied_rl.errors import ConfigError
-from embodied_rl.evaluation.provenance import simulator_facts
 
 log = logging.getLogger("embodied_rl.env_server")
 #: The shared-memory image pools of this process's open sessions: unlinked on the way out when the

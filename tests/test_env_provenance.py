@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from importlib import metadata
 
-from embodied_rl.evaluation.provenance import simulator_facts, write_environment
+from embodied_rl.envs.provenance import simulator_facts, write_environment
 
 
 def test_facts_name_the_installed_simulators_and_the_renderer(tmp_path, monkeypatch) -> None:
