@@ -89,7 +89,7 @@ SMOKE: dict[str, Smoke] = {
     "overhead_rollout.py": Smoke(("--envs", "1", "--size", "32", "--chunk-steps", "1", "--rounds", "1"),
                                  rf"ratio full loop / raw simulator: +{NUM}", (MANISKILL,)),
     # --device-ms: the device cost model without its 3 calibration epochs
-    "pipeline.py": Smoke(("--envs", "2", "--size", "32", "--chunk-steps", "1", "--epochs", "1", "--cost-model", "device", "--device-ms", "1"),
+    "pipeline.py": Smoke(("--envs", "2", "--chunk-steps", "1", "--epochs", "1", "--cost-model", "device", "--device-ms", "1"),
                          rf"ratio 2 stages / 1 stage: {NUM}", (MANISKILL, pytest.mark.serial), alone=True),  # it pins this user's Ray processes
     "policy_forward.py": Smoke(("--image-size", "64", "--batch-sizes", "1,2", "--iters", "1"), rf"(?m)^ +2 +{NUM} +{NUM} +{NUM} +{NUM} "),
     "ppo_cartpole.py": Smoke(("--max-steps", "64", "--num-envs", "2", "--horizon", "16", "--eval-every", "1"),
