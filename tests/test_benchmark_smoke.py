@@ -44,14 +44,17 @@ NUM = r"(?:\d[\d.]*(?:e[+-]?\d+)?|inf)"  # a printed ratio (nan is not a result)
 MANISKILL, LIBERO, VLLM = pytest.mark.maniskill, pytest.mark.libero, pytest.mark.vllm
 NO_VLLM = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed (the vllm extra)")
 # The learning recipe's PPO step (actor_micro_batch.py's RECIPE) at its smallest: one slot (one
-# worker of each kind), few sub-envs, one rollout epoch, one minibatch of the 20 chunk samples,
-# one update epoch.
-SMALL_RECIPE = ("--set", "cluster.num_cpu_slots=1", "--set", "env.train.total_num_envs=4", "--set", "algorithm.rollout_epoch=1",
-                "--set", "actor.global_batch_size=20", "--set", "algorithm.update_epoch=1")
+# worker of each kind), one sub-env per pipeline stage (each is a simulator process), one rollout
+# epoch, one minibatch of the 10 chunk samples (2 sub-envs x 5 chunk steps: two micro-batches of
+# the shipped 5, so the accumulation still runs), one update epoch.
+SMALL_RECIPE = ("--set", "cluster.num_cpu_slots=1", "--set", "env.train.total_num_envs=2", "--set", "algorithm.rollout_epoch=1",
+                "--set", "actor.global_batch_size=10", "--set", "algorithm.update_epoch=1")
 
 # recovery.py's run (and start_up.py's groups) with one worker of each kind instead of 2 env
-# workers and 2 actor ranks.
-ONE_OF_EACH = ("--set", "cluster.component_placement.actor=0", "--set", "cluster.component_placement.env=0")
+# workers and 2 actor ranks, and one sub-env (one simulator process to start, and to start again
+# after the kill) instead of 4: a rollout batch of 2 chunk samples, one minibatch of them.
+ONE_OF_EACH = ("--set", "cluster.component_placement.actor=0", "--set", "cluster.component_placement.env=0",
+               "--set", "env.train.total_num_envs=1", "--set", "actor.global_batch_size=2", "--set", "actor.micro_batch_size=2")
 
 
 @dataclass(frozen=True)
@@ -95,10 +98,10 @@ SMOKE: dict[str, Smoke] = {
                                  covered_by="tests/test_ppo_rgb_baseline.py::test_minimal_baseline_runs"),
     "process_start.py": Smoke(("--rounds", "1"), rf"config check: .* with the old imports: {NUM}x"),
     "reconfigure_reset.py": Smoke(("--resets", "1", "--rounds", "1"), rf"clustered / full: {NUM}x", (MANISKILL,)),
-    # --kill-after 2: the least with a normal step (step 2) to compare with; 4 steps, one restart;
-    # one worker of each kind
     "real_size.py": Smoke(("--preset", "tiny", "--image-size", "28", "--out", "{tmp}/ckpt", "--stages", "create,plan,forward,backward"),
                           r"plan \(exit 0\):(.|\n)*forward \(one observation.*finite True(.|\n)*backward \(LoRA.*finite True"),
+    # --kill-after 2: the least with a normal step (step 2) to compare with; 4 steps, one restart;
+    # one worker of each kind and one sub-env
     "recovery.py": Smoke(("--kill-after", "2", *ONE_OF_EACH), rf"recovery / normal step: {NUM}x; restarts logged: 1", (MANISKILL,), timeout=1200),
     # --steps 0: the pictures only; its PPO phase is actor_micro_batch.py's run_recipe, smoked there
     "render_mesh.py": Smoke(("--pictures", "1", "--steps", "0"), rf"picture ratio: {NUM}x", (MANISKILL,)),
