@@ -19,6 +19,8 @@ from tests.tiny_runs import tiny_run
 #: actor worker, half the processes (each imports torch and the simulator or the policy) of the
 #: 2-slot default, and a start-up about 20 s shorter on 2 cores.
 ONE_SLOT = "cluster.num_cpu_slots=1"
+#: ONE_SLOT for a config that places its workers on two slots: every component on slot 0.
+ALL_ON_ONE_SLOT = (ONE_SLOT, "cluster.component_placement={actor: 0, env: 0, rollout: 0}")
 
 
 def small_ppo(out: Path, model: Path, max_restarts: int, ranks: int = 2) -> str:

@@ -1,7 +1,7 @@
 """`embodied-rl eval --compare A B` of two different policies through the real CLI: the shipped
 SFT policy (a model directory) against a freshly created tiny preset, on PushCube
 (maniskill_ppo_from_sft), one eval epoch of the 4 held-out states of env.eval.seed=1 (states
-on which the SFT policy succeeds greedily), greedy scoring only (the sampled pass would double
+on which the SFT policy succeeds greedily) on one slot, greedy scoring only (the sampled pass would double
 the test's time; both scorings of a comparison, of a checkpoint with itself, are in
 tests/test_runtime_e2e.py)."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from embodied_rl.envs.reset_split import EVAL_SEEDS_START
 from embodied_rl.evaluation.intervals import format_rate, mcnemar_exact, wilson_interval
-from tests.cli_runs import run_cli
+from tests.cli_runs import ONE_SLOT, run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.maniskill]
 
@@ -22,8 +22,10 @@ SFT = Path(__file__).resolve().parents[1] / "models" / "tiny-oft-push-cube-sft"
 
 def test_compare_two_policies_counts_match_the_paired_episodes(tmp_path: Path) -> None:
     run_cli("make-model", "tiny", "models/tiny-fresh", "--image-size", "64", "--seed", "1", cwd=tmp_path)
-    proc = run_cli("eval", "maniskill_ppo_from_sft", "runner.experiment_name=cmp", "algorithm.eval_rollout_epoch=1",
-                   "env.eval.seed=1", "algorithm.sampling_params.eval_scoring=[greedy]",
+    # One env worker with the 4 sub-envs two would have: the reset ids are spread over the
+    # sub-envs, not the workers, so the episodes are the same with half the worker processes.
+    proc = run_cli("eval", "maniskill_ppo_from_sft", ONE_SLOT, "env.eval.total_num_envs=4", "runner.experiment_name=cmp",
+                   "algorithm.eval_rollout_epoch=1", "env.eval.seed=1", "algorithm.sampling_params.eval_scoring=[greedy]",
                    "--compare", str(SFT), "models/tiny-fresh", cwd=tmp_path)
     run = tmp_path / "runs" / "cmp"
     report = json.loads((run / "comparison.json").read_text())

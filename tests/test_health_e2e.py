@@ -58,8 +58,10 @@ def test_a_collapse_is_rolled_back_and_the_run_trains_on(tmp_path: Path) -> None
     assert best["global_step"] == top and best["eval/success_once"] == scores[top]
     assert {"event": "best", "step": top, "eval/success_once": scores[top]} in records
 
-    # A resume from the start checkpoint, with the rates the rollback set, repeats step 1.
-    run_cli("train", "maniskill_ppo_from_sft", *SMALL, "runner.max_steps=1", "runner.val_before_train=false", f"actor.optim.lr={LR * FACTOR}",
+    # A resume from the start checkpoint, with the rates the rollback set, repeats step 1 (no
+    # evaluation: it would come after the step compared).
+    run_cli("train", "maniskill_ppo_from_sft", *SMALL, "runner.max_steps=1", "runner.val_before_train=false",
+            "runner.val_check_interval=-1", f"actor.optim.lr={LR * FACTOR}",
             f"actor.optim.value_lr={VALUE_LR * FACTOR}", f"runner.resume_dir={run / 'checkpoints' / 'global_step_00000000'}",
             "runner.experiment_name=resumed", cwd=tmp_path)
     resumed = read_metrics(tmp_path / "runs" / "resumed")

@@ -59,8 +59,9 @@ def test_a_nan_gradient_is_skipped_caught_and_rolled_back(tmp_path: Path, monkey
     marker = tmp_path / "nan_injected"
     monkeypatch.setenv("ERL_FAULT_NAN_GRAD", str(marker))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(FAULTS), os.environ.get("PYTHONPATH")])))
-    proc = run_cli("train", "maniskill_ppo_from_sft", *SMALL, "runner.max_steps=2", "runner.health.nonfinite.action=rollback",
-                   "runner.health.max_rollbacks=1", "runner.experiment_name=nan", cwd=tmp_path)
+    # Episodes of 2 chunks: the fault is in the run's first gradient, whatever batch it comes from.
+    proc = run_cli("train", "maniskill_ppo_from_sft", *SMALL, "runner.max_steps=2", "env.train.max_episode_steps=16",
+                   "runner.health.nonfinite.action=rollback", "runner.health.max_rollbacks=1", "runner.experiment_name=nan", cwd=tmp_path)
     assert marker.is_file(), "the fault was not injected"
     run = tmp_path / "runs" / "nan"
     records = _health(run)
@@ -92,7 +93,10 @@ def test_a_critic_that_never_learns_stops_the_run(tmp_path: Path) -> None:
 
 
 def test_a_dead_start_is_said_once_with_what_helps(tmp_path: Path) -> None:
+    # Episodes of 2 chunks and one update epoch (of their 4 samples): the monitor reads each
+    # step's returns, not how much was collected or learned.
     proc = run_cli("train", "maniskill_ppo_tiny", ONE_SLOT, "runner.max_steps=6", "env.train.init_params.reward_mode=sparse",
+                   "env.train.max_episode_steps=16", "algorithm.update_epoch=1", "actor.micro_batch_size=4",
                    "env.train.video_cfg.save_video=false", "env.eval.video_cfg.save_video=false",
                    "runner.logger.logger_backends=[console]", "runner.experiment_name=dead", cwd=tmp_path)
     run = tmp_path / "runs" / "dead"

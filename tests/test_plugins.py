@@ -67,18 +67,19 @@ def _project(tmp_path: Path, **fmt: str) -> Path:
 
 
 def test_a_plugin_policy_and_simulator_train_under_ray_then_evaluate(tmp_path: Path) -> None:
+    """Two PPO steps, then an evaluation of the trained plug-in policy on the plug-in simulator
+    after the last step (runner.val_check_interval), in the same run: the evaluation an
+    `embodied-rl eval` of the final checkpoint would make, without a second start-up."""
     exp = _project(tmp_path)
-    proc = _cli("train", str(exp), cwd=tmp_path)
+    proc = _cli("train", str(exp), "runner.val_check_interval=2", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
     run = tmp_path / "runs" / "plugin_ppo"
     metrics = read_metrics(run)
     assert sorted(metrics) == [1, 2] and "train/actor/policy_loss" in metrics[2]
     assert (run / "example_sink.jsonl").read_text().count("\n") == 2  # the plug-in's metric sink
-    ev = _cli("eval", str(exp), f"runner.ckpt_path={run / 'checkpoints' / 'global_step_00000002'}",
-               "runner.experiment_name=plugin_eval", cwd=tmp_path)
-    assert ev.returncode == 0, ev.stdout[-3000:] + ev.stderr[-4000:]
-    assert "eval success" in ev.stdout
-    assert list((tmp_path / "runs" / "plugin_eval").rglob("*.mp4"))
+    assert (run / "checkpoints" / "global_step_00000002" / "meta.json").is_file()
+    assert "eval/success_once" in metrics[2] and "eval success" in proc.stdout
+    assert list((run / "video").rglob("*.mp4"))  # the evaluation's: training records none
 
 
 def test_a_plugin_that_does_not_import_is_one_line_before_anything_starts(tmp_path: Path) -> None:

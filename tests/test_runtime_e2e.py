@@ -7,8 +7,11 @@ pipeline_stage_num 2. Three runs share one tiny model:
   B: resume A's step-1 checkpoint, to step 2       -> exact resume: B's step 2 == A's step 2
   D: eval-only from A's checkpoint                  -> success reported, weights never updated;
                                                        greedy and sampled scorings
-  E: eval-only without a checkpoint                 -> D acts differently: runner.ckpt_path matters
+  E: eval-only without a checkpoint, greedy only    -> D acts differently: runner.ckpt_path matters
   F: eval --compare of A's checkpoint with itself   -> identical paired episodes, b = c = 0, p = 1
+The eval-only runs D, E and F check what an evaluation does with a checkpoint, not how many
+workers run it: they run on one slot (ALL_ON_ONE_SLOT), one env worker with the 4 eval sub-envs
+and the rollout worker (an eval-only run starts no actor).
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import imageio.v3 as iio
 import pytest
 
 from tests.cli_runs import (
+    ALL_ON_ONE_SLOT,
     MOVED,
     SAME_PICTURE,
     block_diff,
@@ -32,6 +36,7 @@ from tests.cli_runs import (
 from tests.tiny_runs import EVAL_64, tiny_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.maniskill]
+
 
 def config(out: Path, model: Path) -> str:
     videos = "${runner.logger.log_path}/video"
@@ -116,7 +121,8 @@ def run_d(workdir: Path, run_a: Path) -> tuple[Path, str, str]:
     ckpt = run_a / "checkpoints" / "global_step_00000002"
     watched = [p for p in [*ckpt.rglob("*"), *(workdir / "tiny-oft").rglob("*")] if p.is_file()]
     before = _digest(watched)
-    run_cli("eval", str(workdir / "configs" / "e2e.yaml"), "runner.experiment_name=d", f"runner.ckpt_path={ckpt}", cwd=workdir)
+    run_cli("eval", str(workdir / "configs" / "e2e.yaml"), *ALL_ON_ONE_SLOT, "runner.experiment_name=d", f"runner.ckpt_path={ckpt}",
+            cwd=workdir)
     return workdir / "runs" / "d", before, _digest(watched)
 
 
@@ -140,8 +146,10 @@ def test_eval_only_reports_success_and_never_updates_weights(run_d: tuple[Path, 
 
 def test_eval_ckpt_path_changes_the_actions_taken(workdir: Path, run_d: tuple[Path, str, str]):
     """Greedy evals of the same config on the same reset ids, with A's checkpoint (D) and without (E):
-    the same first frame, then the robot ends up elsewhere. An ignored ckpt_path would make them equal."""
-    run_cli("eval", str(workdir / "configs" / "e2e.yaml"), "runner.experiment_name=e", cwd=workdir)
+    the same first frame, then the robot ends up elsewhere. An ignored ckpt_path would make them equal.
+    E scores greedily only: videos record the primary (greedy) scoring alone."""
+    run_cli("eval", str(workdir / "configs" / "e2e.yaml"), *ALL_ON_ONE_SLOT, "runner.experiment_name=e",
+            "algorithm.sampling_params.eval_scoring=[greedy]", cwd=workdir)
     with_ckpt, without = eval_recordings(run_d[0]), eval_recordings(workdir / "runs" / "e")
     assert sorted(with_ckpt) == sorted(without) and with_ckpt
     moved = []
@@ -159,7 +167,8 @@ def test_compare_checkpoint_with_itself_pairs_identical_episodes(workdir: Path, 
     both scorings (sampling is seeded per eval epoch, not by what ran before), while sampled and
     greedy act differently."""
     step = run_a / "checkpoints" / "global_step_00000002"
-    proc = run_cli("eval", str(workdir / "configs" / "e2e.yaml"), "runner.experiment_name=f", "--compare", str(run_a), str(step),
+    proc = run_cli("eval", str(workdir / "configs" / "e2e.yaml"), *ALL_ON_ONE_SLOT, "runner.experiment_name=f",
+                   "--compare", str(run_a), str(step),
                    "env.eval.init_params.reward_mode=dense", cwd=workdir)
     report = json.loads((workdir / "runs" / "f" / "comparison.json").read_text())
     assert report["scorings"] == ["greedy", "sampled"] and {p["kind"] for p in report["policies"].values()} == {"checkpoint"}

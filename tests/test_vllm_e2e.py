@@ -1,6 +1,8 @@
 """PPO end to end with rollout.backend=vllm: real ManiSkill (CPU render, 64 px), the tiny
 OpenVLA-OFT, real Ray workers, an FSDP2 actor over gloo and the vLLM engine inside the
-rollout worker. Two PPO steps, a checkpoint after each (the config of test_runtime_e2e.py).
+rollout worker. Two PPO steps, a checkpoint after each (the config of test_runtime_e2e.py, on one
+slot: one env worker with its 4 sub-envs, one actor rank, the rollout worker; the test is about
+the rollout backend, the 2-rank actor is test_runtime_e2e.py's).
 
 Why the PPO ratio checks the weight sync: with update_epoch 1 and the whole rollout batch (4 envs
 x 2 chunk steps) as one global batch, every log-prob the actor computes comes before its only
@@ -21,7 +23,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.cli_runs import read_metrics, run_cli
+from tests.cli_runs import ALL_ON_ONE_SLOT, read_metrics, run_cli
 from tests.test_runtime_e2e import config as e2e_config
 
 pytest.importorskip("vllm")
@@ -32,12 +34,12 @@ TOL = 1e-4
 
 @pytest.fixture(scope="module")
 def vllm_run(tmp_path_factory) -> Path:
-    """The HF end-to-end test's config (its one optimizer step per training step included) with the vLLM backend."""
+    """The HF end-to-end test's config (its one optimizer step per training step included) with the vLLM backend, on one slot."""
     root = tmp_path_factory.mktemp("vllm_e2e")
     config = root / "e2e.yaml"
     config.write_text(e2e_config(root / "runs", root / "tiny-oft"))
     before = _engine_dirs()
-    run_cli("train", str(config), "runner.experiment_name=vllm", "rollout.backend=vllm", "algorithm.update_epoch=1",
+    run_cli("train", str(config), *ALL_ON_ONE_SLOT, "runner.experiment_name=vllm", "rollout.backend=vllm", "algorithm.update_epoch=1",
             "env.train.video_cfg.save_video=false", "env.eval.video_cfg.save_video=false", cwd=root)
     (root / "engine_dirs_left.txt").write_text("\n".join(sorted(_engine_dirs() - before)))
     return root / "runs" / "vllm"
