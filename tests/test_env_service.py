@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -267,3 +268,14 @@ def test_a_served_env_whose_env_worker_is_killed_leaves_no_shared_memory(tmp_pat
         assert not list_segments(prefix)
     finally:
         worker.kill()
+
+
+def test_the_transfer_benchmark_runs_both_ways(repo_root: Path) -> None:
+    """`benchmarks/env_server.py --transfer` (the measurement behind SHM_MIN_BYTES; its simulator
+    mode is test_benchmark_smoke's) at its smallest: the ratio line, and no segment left."""
+    before = set(os.listdir("/dev/shm"))
+    proc = subprocess.run([sys.executable, str(repo_root / "benchmarks" / "env_server.py"), "--transfer", "--envs", "1", "--size", "16",
+                           "--rounds", "2", "--replies", "2"], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"shared memory / pickled: \d+\.\d+x$", proc.stdout.strip()), proc.stdout
+    assert not [n for n in set(os.listdir("/dev/shm")) - before if "envsrv" in n]
