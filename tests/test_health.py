@@ -143,6 +143,20 @@ def test_rollback_goes_before_the_onset_then_stops_when_none_is_left(tmp_path: P
     assert checkpoint_before(tmp_path, 2) is None  # nothing before step 2: a rollback there stops the run
 
 
+def test_a_rollback_keeps_the_best_evaluation_its_checkpoint_does_not_know(tmp_path: Path) -> None:
+    """The step-0 checkpoint is saved before the step-0 evaluation: rolled back there, an equal
+    later evaluation must not become checkpoints/best (the first of the highest stays)."""
+    cfg = load_config("maniskill_ppo_from_sft", ["runner.save_best=true"], plan=False).runner
+    keeper = HealthKeeper(cfg, tmp_path)
+    at_start = keeper.state_dict()  # what the step-0 checkpoint holds
+    assert keeper.new_best(0, 0.25)
+    keeper.load_state_dict(at_start, rollback=True)
+    assert not keeper.new_best(2, 0.25) and keeper.new_best(3, 0.3)
+    resumed = HealthKeeper(cfg, tmp_path)
+    resumed.load_state_dict(keeper.state_dict())  # a resume takes the checkpoint's record
+    assert resumed.best == 0.3
+
+
 def test_best_checkpoint_survives_a_resave_of_its_step(tmp_path: Path) -> None:
     step_dir = _checkpoint(tmp_path, 3)
     best = keep_best(tmp_path, step_dir, {"global_step": 3, "eval/success_once": 0.5})

@@ -105,11 +105,13 @@ class HealthKeeper:
         return {"watch": self.watch.state_dict(), "lr_scale": self.lr_scale, "rollbacks": self.rollbacks, "best": self.best}
 
     def load_state_dict(self, state: dict[str, Any], *, rollback: bool = False) -> None:
-        """The monitors continue from the checkpoint's state. A resume also takes its lr scale and
-        rollback count; a rollback keeps the run's own (already lowered, counted)."""
+        """The monitors continue from the checkpoint's state. A resume also takes its lr scale,
+        rollback count and best evaluation; a rollback keeps the run's own (already lowered,
+        counted; and the best of every evaluation so far, checkpoints/best: a checkpoint saved
+        before its step's evaluation does not know that evaluation)."""
         self.watch.load_state_dict(state.get("watch", {}))
-        self.best = state.get("best")
         if not rollback:
+            self.best = state.get("best")
             self.lr_scale = float(state.get("lr_scale", 1.0))
             self.rollbacks = int(state.get("rollbacks", 0))
 
