@@ -3,7 +3,8 @@
 Each runs through the real CLI in a fresh working directory (its model is created there on
 first use, as on a fresh clone, or is the checkpoint shipped in models/) with no override
 beyond sizes (shrink: the step count, one slot (the fewest workers), one rollout epoch of the
-derived minimum of sub-envs, at most one critic-only step) and the run name: 2 training steps,
+derived minimum of sub-envs, at most one critic-only step, episodes of two action chunks where no
+check reads their length) and the run name: 2 training steps,
 then `embodied-rl eval` of the checkpoint they wrote. The training runs score their evaluations
 greedily only, on at most START_EVAL_EPISODES episodes (the sampled pass and
 maniskill_ppo_from_sft's 16 epochs would make its 2 evaluations several times as long); the
@@ -13,13 +14,16 @@ eval-only run costs a whole start (Ray, workers, simulators): a config whose env
 policy kind another test's eval-only run covers is listed in EVAL_ONLY_ELSEWHERE, and a config
 whose own checks are about what an evaluation writes (per-task metrics, videos) evaluates
 after its last training step instead (IN_RUN_EVAL_CHECKS): the same eval workers and writers.
-Demos recorded with the same arguments earlier in the session are copied (tests/test_learning.py
-records the same 2 PushCube demos through benchmarks/learning.py).
+An SFT config's demos are recorded with the command its header gives; a recording with the same
+arguments earlier in the session is copied (maniskill_cnn_gaussian_sft's header records
+maniskill_sft_tiny's demos, and tests/test_learning.py records the same 2 PushCube demos through
+benchmarks/learning.py).
 """
 from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import imageio.v3 as iio
@@ -27,6 +31,7 @@ import pytest
 
 from embodied_rl.config.loader import CONFIG_DIR, available
 from embodied_rl.configure import load_config
+from embodied_rl.errors import ConfigError
 from tests.cli_runs import (
     ONE_SLOT,
     check_environment,
@@ -44,6 +49,9 @@ SHIPPED = available(CONFIG_DIR)
 # shipped SFT policy succeeds on held-out states (maniskill_ppo_from_sft ships 64). A run that does
 # not only shows that it evaluates: one epoch.
 START_EVAL_EPISODES = 16
+# Action chunks per episode where a run's episode length is not what its checks read: a rollout of
+# several chunk steps, each a policy call and a multi-step env chunk, and videos of several frames.
+SHORT_CHUNKS = 2
 # Configs whose checks are about their two env workers (the videos of their evaluation): the
 # others run on one slot (ONE_SLOT), as on a 1-core machine.
 TWO_SLOTS = {"libero_grpo_tiny"}
@@ -138,13 +146,45 @@ def _check_eval_change(stdout: str, run: Path, metrics: dict[int, dict]) -> None
 
 def shrink(name: str, cfg) -> list[str]:
     """2 training steps of the smallest rollout the config allows: one rollout epoch, one group per
-    stage, one minibatch; a recipe's critic-only steps become one, so the second updates the policy."""
+    stage, one minibatch; a recipe's critic-only steps become one, so the second updates the policy;
+    short episodes (short_episodes)."""
     slots = [] if name in TWO_SLOTS else [ONE_SLOT]
     if cfg.runner.paradigm == "sft":
-        return ["runner.max_steps=2", *slots]
+        return ["runner.max_steps=2", *slots, *short_episodes(name, cfg, [])]
     groups = max(1, -(-len(cfg.env.train.tasks) // cfg.rollout.pipeline_stage_num))  # a mixture: a group per task on one worker
-    return ["runner.max_steps=2", *slots, "algorithm.rollout_epoch=1", f"env.train.groups_per_stage={groups}", "algorithm.n_minibatches=1",
-            f"runner.critic_warmup={min(cfg.runner.critic_warmup, 1)}"]
+    small = ["runner.max_steps=2", *slots, "algorithm.rollout_epoch=1", f"env.train.groups_per_stage={groups}", "algorithm.n_minibatches=1",
+             f"runner.critic_warmup={min(cfg.runner.critic_warmup, 1)}"]
+    return small + short_episodes(name, cfg, small)
+
+
+def short_episodes(name: str, cfg, small: list[str]) -> list[str]:
+    """Episodes of SHORT_CHUNKS action chunks where their length is not what a check reads (every
+    env step renders; LIBERO's cost most): every training episode but an SFT config's (its demos' length),
+    and every evaluation but the one scoring a shipped start policy (_check_start_policy: its
+    successes need the full horizon). Longer by whole chunks where the shipped micro-batch size
+    does not divide the shorter rollout batch."""
+    modes = [] if cfg.runner.paradigm == "sft" else ["train"]
+    modes += [] if cfg.runner.val_before_train else ["eval"]
+    chunk = cfg.actor.model.num_action_chunks
+    for chunks in range(SHORT_CHUNKS, -(-cfg.env.train.max_episode_steps // chunk)):
+        short = [f"env.{mode}.max_episode_steps={chunks * chunk}" for mode in modes]
+        try:
+            load_config(name, [*small, *short], skip=("sft_data",))
+        except ConfigError as err:
+            if "must be a multiple of actor.micro_batch_size" in str(err):
+                continue
+            raise
+        return short
+    return []
+
+
+def demos_config(name: str, path: str) -> str:
+    """The config whose `embodied-rl demos CONFIG ... --out PATH` the header of config `name` says
+    records the demos at `path` (maniskill_cnn_gaussian_sft trains on maniskill_sft_tiny's, so the
+    session records them once)."""
+    header = (CONFIG_DIR / f"{name}.yaml").read_text()
+    (config,) = re.findall(rf"embodied-rl demos (\S+) .*--out {re.escape(path)}\b", header)
+    return config
 
 
 # A config on LIBERO carries the libero marker (its eval-only run holds the LIBERO eval checks).
@@ -153,7 +193,7 @@ def shrink(name: str, cfg) -> list[str]:
 def test_shipped_config_trains_two_steps_and_evaluates(name: str, tmp_path: Path) -> None:
     cfg = load_config(name, skip=("sft_data",), plan=False)
     for path in cfg.data.train_data_paths:  # SFT: first record the demos it names, as its header says
-        record_demos(name, 2, path, cwd=tmp_path)
+        record_demos(demos_config(name, path), 2, path, cwd=tmp_path)
     small = shrink(name, cfg)
     per_epoch = load_config(name, small, skip=("sft_data",)).env.eval.total_num_envs
     epochs = min(cfg.algorithm.eval_rollout_epoch, -(-START_EVAL_EPISODES // per_epoch) if cfg.runner.val_before_train else 1)
@@ -191,5 +231,5 @@ def test_shipped_config_trains_two_steps_and_evaluates(name: str, tmp_path: Path
 
     # Eval-only on the checkpoint, at its smallest (one rollout epoch).
     run_cli("eval", name, f"runner.experiment_name={name}_eval", f"runner.ckpt_path=runs/{name}",
-            "algorithm.eval_rollout_epoch=1", *[o for o in small if o.startswith("cluster.")], cwd=tmp_path)
+            "algorithm.eval_rollout_epoch=1", *[o for o in small if o.startswith(("cluster.", "env.eval."))], cwd=tmp_path)
     check_eval_only(tmp_path / "runs" / f"{name}_eval")
