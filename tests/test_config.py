@@ -77,7 +77,10 @@ actor:
 
 
 @pytest.fixture()
-def project(tmp_path: Path) -> Path:
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An experiment with its own configs, run from its own directory: relative paths (the
+    default model_path, models/tiny-openvla-oft) name nothing of the checkout's."""
+    monkeypatch.chdir(tmp_path)
     (tmp_path / "configs").mkdir()
     (tmp_path / "env_configs").mkdir()
     (tmp_path / "configs" / "exp.yaml").write_text(EXPERIMENT)
