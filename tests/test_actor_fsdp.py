@@ -285,7 +285,7 @@ def test_cpu_offload_trains_gathers_and_resumes_like_the_run_without(world2, act
     assert all(torch.equal(loaded[k], v) for k, v in after.items())
 
 
-PRIVILEGED = ("actor.model.value_input=privileged_state", "actor.model.privileged_state_dim=6",
+PRIVILEGED = ("actor.model.value_input=privileged_state", "actor.model.privileged_state_dim=43",  # PickCube-v1's, with the clock
               "+env.train.init_params.privileged_state=true")
 
 

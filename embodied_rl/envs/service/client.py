@@ -189,18 +189,18 @@ class ServedBackend(SimulatorBackend):
             raise RuntimeError(f"env server {self.name}: {what} raised {reply.error}")
         if not isinstance(msg, Make):
             self.failures_in_row = 0
-        return self._receive(reply.value)
+        return self._receive(msg, reply.value)
 
-    def _receive(self, value: Any) -> Any:
-        """A reply's observation with its images back in arrays (Reset: (obs, tasks), Step: BackendStep)."""
+    def _receive(self, msg: object, value: Any) -> Any:
+        """The reply to `msg` with its observation's images back in arrays (shared_images.py)."""
         if self._images is None:
             return value
-        if isinstance(value, EnvObservation):
-            return self._images.receive(value)
-        if isinstance(value, BackendStep):
+        if isinstance(msg, Reset):  # (obs, tasks)
+            return self._images.receive(value[0]), value[1]
+        if isinstance(msg, Step):
             value.obs = self._images.receive(value.obs)
-        elif isinstance(value, tuple) and value and isinstance(value[0], EnvObservation):
-            value = (self._images.receive(value[0]), *value[1:])
+        elif isinstance(msg, Observe):
+            return self._images.receive(value)
         return value
 
     def _recover(self, fault: ServerFault, what: str, kept: Sequence[int]) -> EnvObservation:

@@ -7,10 +7,11 @@ server copies them into segments of its own `SegmentPool` (distributed/shm.py) a
 for the server's next reply. A server reached at an address may be on another host: its replies
 carry the arrays pickled, as before.
 
-Leaks: every segment name starts with the env worker's prefix, `erl.<run id>-envsrv.<pid>-<n>.`.
-The server unlinks its segments when it closes and when its env worker dies (server.py); the env
-worker sweeps the prefix when it restarts or closes the server (a server killed outright cannot),
-and the run's driver sweeps `erl.<run id>-envsrv.` at shutdown.
+Leaks: every segment name starts with the env worker's prefix, `erl.<run id>.envsrv.<pid>-<n>.`
+(the run's "envsrv" channel prefix, distributed/shm.py). The server unlinks its segments when it
+closes and when its env worker dies (server.py); the env worker sweeps its prefix when it restarts
+or closes the server (a server killed outright cannot), and the run's driver sweeps
+`erl.<run id>.envsrv.` at shutdown.
 """
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ class SharedImages:
 
 def run_prefix(run_id: str) -> str:
     """The prefix of every env-server segment of one run (what the driver sweeps)."""
-    return make_prefix(f"{run_id}-envsrv", "")[:-1]
+    return make_prefix(run_id, "envsrv")
 
 
 def new_prefix() -> str | None:
@@ -59,7 +60,7 @@ def new_prefix() -> str | None:
     if not shm_available():
         return None
     run_id = os.environ.get(RUN_TAG) or "norun"
-    return make_prefix(f"{run_id}-envsrv", f"{os.getpid()}-{next(_backends)}")
+    return f"{run_prefix(run_id)}{os.getpid()}-{next(_backends)}."
 
 
 class ImageShipper:
