@@ -82,11 +82,29 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
 # `scripts/run.sh test` runs the suite in parallel workers with `--dist loadfile`: a module runs in
 # one worker, so its tests share its module-scoped fixtures (a training run that several tests
 # read is made once).
-# The longest modules, longest first (serial durations: docs/notes/benchmarks-log.md, "The test
-# suite by module"): handed out first so that no worker starts one of them when the others are nearly done.
-LONGEST_MODULES = ("tests.test_schema_walk", "tests.test_benchmark_smoke", "tests.test_shipped_configs", "tests.test_runtime_e2e", "tests.test_recovery",
-                   "tests.test_multinode", "tests.test_sft", "tests.test_health_e2e", "tests.test_health_induced",
-                   "tests.test_learning", "tests.test_leaks")
+# The longest modules, longest first (their time in 2 workers on the 2-core box: from about 13
+# minutes down to about 40 s): handed out first, so that no worker starts a long one when the
+# other is nearly done.
+LONGEST_MODULES = ("tests.test_benchmark_smoke", "tests.test_shipped_configs", "tests.test_sft", "tests.test_schema_walk",
+                   "tests.test_runtime_e2e", "tests.test_multinode", "tests.test_learning", "tests.test_health_induced",
+                   "tests.test_recovery", "tests.test_actor_fsdp", "tests.test_health_e2e", "tests.test_runtime_kl",
+                   "tests.test_plugins", "tests.test_cnn_gaussian", "tests.test_leaks", "tests.test_env_shifts",
+                   "tests.test_vllm_e2e", "tests.test_env_service_e2e", "tests.test_env_libero_sim",
+                   "tests.test_workers_rollout", "tests.test_eval_compare", "tests.test_env_service")
+
+
+def _share_the_cores() -> None:
+    """In a pytest-xdist worker, torch's intra-op pool gets this worker's share of the cores: with
+    every worker's pool as wide as the machine, OpenMP threads of in-process tests outnumber the
+    cores and spin against each other and against the end-to-end runs' processes."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+    if workers > 1:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
+_share_the_cores()
 
 
 def _module(item: pytest.Item) -> str:
