@@ -101,7 +101,9 @@ def _share_the_cores() -> None:
     if workers > 1:
         import torch
 
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+        from embodied_rl.distributed.resources import local_cpu_count
+
+        torch.set_num_threads(max(1, local_cpu_count() // workers))
 
 
 _share_the_cores()
