@@ -191,16 +191,48 @@ def run_processes(run_name: str, session_dir: str) -> list[str]:
     return [f"{pid}: {procs[pid][1][:120]}" for pid in sorted(ours)]
 
 
+def open_segments() -> set[str]:
+    """Names of the /dev/shm segments some live process holds open or mapped."""
+    held = set()
+    prefix = SHM_DIR.rstrip("/") + "/"
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            for fd in (proc / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith(prefix):
+                    held.add(target[len(prefix):].removesuffix(" (deleted)"))
+            for line in (proc / "maps").read_text().splitlines():
+                _, sep, path = line.partition(prefix)
+                if sep:
+                    held.add(path.removesuffix(" (deleted)"))
+        except OSError:  # the process exited, or is not ours to read
+            continue
+    return held
+
+
+def left_segments(run_name: str, new: set[str]) -> list[str]:
+    """Of the segments `new` since a run started, those the run left (see leftovers)."""
+    foreign = {n for n in new if not n.startswith("erl.")}
+    unheld = foreign - open_segments() if foreign else set()
+    return sorted({n for n in new if n.startswith(f"erl.{run_name[:RUN_TAG_CHARS]}-")} | unheld)
+
+
 def leftovers(run_name: str, output: str, shm_before: set[str]) -> tuple[list[str], list[str]]:
-    """(processes of the run still alive, shared-memory segments it left), after a settling time."""
+    """(processes of the run still alive, shared-memory segments it left), after a settling time.
+
+    A segment counts as left by the run if it is new since `shm_before` and either carries the
+    run's channel prefix, or has no prefix of ours and no live process holds it (a segment that
+    nobody holds is a leak, whoever made it). The channel segments of other runs, and foreign
+    segments that a live process holds (another test's run beside this one), are theirs: the
+    check needs no machine to itself."""
     session = SESSION.search(output)
     assert session, "the run did not report its Ray session"
     deadline = time.monotonic() + SETTLE_S
     while True:
         left = run_processes(run_name, session.group(1))
-        # Any new segment counts, except the channel segments of other runs ("erl.<run tag>.")
-        segments = sorted(n for n in set(os.listdir(SHM_DIR)) - shm_before
-                          if not n.startswith("erl.") or n.startswith(f"erl.{run_name[:RUN_TAG_CHARS]}-"))
+        segments = left_segments(run_name, set(os.listdir(SHM_DIR)) - shm_before)
         if (not left and not segments) or time.monotonic() > deadline:
             return left, segments
         time.sleep(0.5)

@@ -131,9 +131,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    """A test marked `serial` has the machine to itself (it counts processes and shared-memory
-    segments machine-wide); the others share it. Around the whole protocol, so the module
-    fixtures a test sets up or tears down are inside too."""
+    """A test marked `serial` has the machine to itself (it pins processes to cores); the others
+    share it. Around the whole protocol, so the module fixtures a test sets up or tears down are
+    inside too."""
     with machine_share(exclusive=item.get_closest_marker("serial") is not None):
         return (yield)
 

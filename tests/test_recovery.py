@@ -29,7 +29,7 @@ from tests.cli_runs import (
     wait_for_checkpoint,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.maniskill, pytest.mark.serial]  # serial: counts processes and segments machine-wide
+pytestmark = [pytest.mark.slow, pytest.mark.maniskill]
 
 
 VICTIMS = ("EnvWorker", "RolloutWorker", "ActorWorker")  # killed in steps 2, 3 and 4
