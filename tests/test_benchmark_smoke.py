@@ -84,6 +84,7 @@ SMOKE: dict[str, Smoke] = {
     "libero_render.py": Smoke(("--size", "32", "--steps", "1", "--rounds", "1"), rf"step ratio: {NUM}x", (LIBERO,)),
     "memory_forecast.py": Smoke(("--presets", "tiny", "--cases", "lora-fp32", "--ranks", "2", "--steps", "1", "--allocators", "returning"),
                                 rf"\| tiny \| lora-fp32 \| 2 \| {NUM} .*\| {NUM}, \*\*{NUM}\*\* \|"),
+    "optimizer_step.py": Smoke(("--rounds", "1", "--steps", "1"), rf"optimizer step, per-parameter loop / fused: {NUM}x; foreach / fused: {NUM}x"),
     "overhead.py": Smoke(("--sim", "maniskill", "--envs", "1", "--size", "32", "--steps", "8", "--rounds", "1"),
                          rf"(?m)^ +1 +{NUM} +{NUM} +{NUM}$", (MANISKILL,)),
     "overhead_rollout.py": Smoke(("--envs", "1", "--size", "32", "--chunk-steps", "1", "--rounds", "1"),
