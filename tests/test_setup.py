@@ -65,15 +65,16 @@ def test_vllm_pins_agree_between_pyproject_setup_and_requirements() -> None:
     assert bound.replace(" ", "") in [d.replace(" ", "") for d in extra]
     # The CUDA-only builds that break `import vllm` on a CPU box are never asked for.
     assert not any(r.startswith(("torchaudio", "torchcodec")) for r in requirements)
-    assert "setup.sh --browser --vllm" in (REPO / "scripts/run.sh").read_text()
+    assert "setup.sh --browser --vllm --env-server" in (REPO / "scripts/run.sh").read_text()
 
 
 def test_second_setup_run_skips_installs() -> None:
-    """On a set-up checkout, setup.sh verifies everything and installs nothing (--no-install fails otherwise)."""
-    proc = subprocess.run(["bash", str(REPO / "scripts/setup.sh"), "--no-install"], check=False, capture_output=True,
+    """On a set-up checkout, setup.sh verifies everything and installs nothing (--no-install fails otherwise),
+    the env-server environment of the isolation test included."""
+    proc = subprocess.run(["bash", str(REPO / "scripts/setup.sh"), "--no-install", "--env-server"], check=False, capture_output=True,
                           text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
-    assert "python packages up to date" in proc.stderr
+    assert "python packages up to date" in proc.stderr and "env-server packages up to date (.venv-envserver)" in proc.stderr
 
 
 def test_ci_fails_when_no_tests_are_collected(tmp_path: Path) -> None:
