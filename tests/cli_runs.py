@@ -78,21 +78,21 @@ def run_cli_failing(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 _RECORDED: dict[tuple[str, int, str], Path] = {}
 
 
-def record_demos(config: str, num_demos: int, out: str, *, cwd: Path) -> None:
-    """`embodied-rl demos CONFIG --num-demos N --out OUT --quiet` in cwd, or a copy of the same
-    recording made earlier in this session."""
-    done = _RECORDED.get((config, num_demos, out))
+def record_demos(config: str, num_demos: int, out: str, *, cwd: Path, args: tuple[str, ...] = ()) -> None:
+    """`embodied-rl demos CONFIG [ARGS] --num-demos N --out OUT --quiet` in cwd, or a copy of the
+    same recording made earlier in this session."""
+    done = _RECORDED.get((config, *args, num_demos, out))
     if done is not None and done.is_dir():
         shutil.copytree(done, cwd / out)
         return
-    run_cli("demos", config, "--num-demos", str(num_demos), "--out", out, "--quiet", cwd=cwd)
-    share_demos(config, num_demos, out, cwd=cwd)
+    run_cli("demos", config, *args, "--num-demos", str(num_demos), "--out", out, "--quiet", cwd=cwd)
+    share_demos(config, num_demos, out, cwd=cwd, args=args)
 
 
-def share_demos(config: str, num_demos: int, out: str, *, cwd: Path) -> None:
-    """Offer cwd/out, written by `embodied-rl demos CONFIG --num-demos N --out OUT --quiet`, to
-    later record_demos calls with the same arguments."""
-    _RECORDED[(config, num_demos, out)] = cwd / out
+def share_demos(config: str, num_demos: int, out: str, *, cwd: Path, args: tuple[str, ...] = ()) -> None:
+    """Offer cwd/out, written by `embodied-rl demos CONFIG [ARGS] --num-demos N --out OUT --quiet`,
+    to later record_demos calls with the same arguments."""
+    _RECORDED[(config, *args, num_demos, out)] = cwd / out
 
 
 def read_metrics(run_dir: Path) -> dict[int, dict]:

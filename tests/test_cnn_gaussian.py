@@ -87,7 +87,7 @@ def test_sft_overfits_one_demo(ckpt):
     actions = np.random.default_rng(0).uniform(-0.8, 0.8, (1, CHUNKS, 7)).astype(np.float32)
     demo = DemoChunks(main_images=obs.main_images, wrist_images=None, states=obs.states, actions=actions,
                       action_mask=np.ones((1, CHUNKS), bool), episode_index=np.zeros(1, np.int64), step_index=np.zeros(1, np.int64),
-                      instruction="push", manifest=None)
+                      instructions=["push"], manifest=None)
     samples = build_samples(policy, demo)
     opt = torch.optim.Adam(policy.parameters(), lr=3e-3)
     nll = []

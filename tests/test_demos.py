@@ -19,10 +19,12 @@ from embodied_rl.cli import main as cli_main
 from embodied_rl.configure import load_config
 from embodied_rl.demos import DemoError, load_demos, load_demos_for, read_manifest
 from embodied_rl.demos.generate import generate_demos
+from embodied_rl.demos.reader import check_demos_for
 from embodied_rl.demos.recorder import DemoRecorder
 from embodied_rl.demos.sources import LocalSource
 from embodied_rl.demos.spec import DemoSpec
 from embodied_rl.envs.action_adapter import ActionAdapter
+from embodied_rl.errors import ConfigError
 
 pytestmark = pytest.mark.maniskill
 
@@ -78,7 +80,7 @@ def test_generated_demos_read_back(demo_dir, cfg):
     steps = sum(e.length for e in m.episodes)
     assert len(chunks) == steps and chunks.actions.shape == (steps, 8, 7)
     assert chunks.main_images.shape == (steps, 64, 64, 3) and chunks.states.shape == (steps, 12)
-    assert chunks.wrist_images is None and chunks.instruction == "pick up the red cube"
+    assert chunks.wrist_images is None and chunks.instructions == ["pick up the red cube"] * len(chunks)
     # policy convention: gripper 1 = open, 0 = closed; the last chunk of an episode is padded and masked
     assert set(np.unique(chunks.actions[..., -1])) <= {0.0, 1.0}
     last = np.flatnonzero(chunks.step_index == m.episodes[0].length - 1)[0]
@@ -152,6 +154,31 @@ def test_demos_rendered_with_other_robot_meshes_are_refused(demo_dir, cfg):
     with pytest.raises(DemoError, match=rf"^{demo_dir / 'manifest.json'}: demos were rendered with init_params.robot_visual_cell=0.008 "
                                         r"\(null = the full meshes\), the config renders with null; .*robot_visual_cell=0.008$"):
         load_demos_for(full, demo_dir, images=False)
+
+
+MIXTURE = "maniskill_sft_multitask_tiny"  # PushCube-v1, PickCube-v1, StackCube-v1 at 64 px, no goal in the state
+
+
+def test_a_mixtures_demos_are_recorded_per_task_and_checked_against_their_own_task(demo_dir, copy_of, cfg):
+    mixture = load_config(MIXTURE, skip=("sft_data",), plan=False)
+    stack = DemoSpec.from_config(mixture, 2)  # the task's resolved env config: the section's images, cameras and state
+    assert (stack.task_id, stack.image_size, stack.params.wrist_camera, stack.params.append_goal_to_state, stack.max_episode_steps,
+            stack.instruction) == ("StackCube-v1", (64, 64), "none", False, 40, "stack the red cube on top of the green cube")
+    with pytest.raises(ConfigError, match=r"^env.train is a mixture of 3 tasks \(0: PushCube-v1, 1: PickCube-v1, 2: StackCube-v1\); "
+                                          r"record each task's demos with --task I$"):
+        DemoSpec.from_config(mixture)
+    with pytest.raises(ConfigError, match=r"^env.train has no task 3 of 3 tasks"):
+        DemoSpec.from_config(mixture, 3)
+    with pytest.raises(ConfigError, match=r"^--task 0 chooses a task of a mixture, but env.train is one task; leave --task out$"):
+        DemoSpec.from_config(cfg, 0)
+
+    # PickCube demos are checked against the mixture's PickCube task (the policy takes no state there).
+    assert check_demos_for(mixture, demo_dir).task_id == "PickCube-v1"
+    manifest = copy_of / "manifest.json"
+    manifest.write_text(manifest.read_text().replace('"task_id": "PickCube-v1"', '"task_id": "LiftPegUpright-v1"'))
+    with pytest.raises(DemoError, match=rf"^{manifest}: demos of LiftPegUpright-v1, but env.train's mixture runs PushCube-v1, "
+                                        r"PickCube-v1, StackCube-v1; record them with `embodied-rl demos CONFIG --task I`$"):
+        check_demos_for(mixture, copy_of)
 
 
 def test_missing_and_truncated_files(copy_of):

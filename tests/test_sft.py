@@ -60,6 +60,21 @@ def test_epoch_sampler_visits_every_sample_once_per_epoch_and_resumes() -> None:
     assert all(torch.equal(a, b) for a, b in zip(after, [again.next(3) for _ in range(4)]))
 
 
+def test_demos_of_several_tasks_keep_each_samples_instruction_and_share_one_statistics_entry() -> None:
+    from embodied_rl.demos.reader import DemoChunks
+    from embodied_rl.demos.sft_data import concat_chunks, statistics_key
+
+    def chunks(n: int, instruction: str) -> DemoChunks:
+        return DemoChunks(main_images=np.zeros((n, 8, 8, 3), np.uint8), wrist_images=None, states=np.zeros((n, 9), np.float32),
+                          actions=np.zeros((n, 2, 7), np.float32), action_mask=np.ones((n, 2), bool),
+                          episode_index=np.zeros(n, np.int64), step_index=np.arange(n), instructions=[instruction] * n, manifest=None)
+
+    both = concat_chunks([chunks(2, "push"), chunks(3, "pick")])
+    assert both.instructions == ["push", "push", "pick", "pick", "pick"] and both.episode_index.tolist() == [0, 0, 1, 1, 1]
+    assert statistics_key(["PushCube-v1"]) == "PushCube-v1"
+    assert statistics_key(["PushCube-v1", "PickCube-v1", "PushCube-v1"]) == "PushCube-v1+PickCube-v1"
+
+
 def test_action_noise_re_bins_the_expert_actions_around_their_own_bins() -> None:
     from embodied_rl.demos.sft_data import SFTSamples
     from embodied_rl.models.openvla_oft.actions import ActionTokenizer

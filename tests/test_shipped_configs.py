@@ -70,7 +70,9 @@ EVAL_ONLY_ELSEWHERE = {"maniskill_sft_tiny": "tests/test_sft.py",
                        # a mixture's per-task evaluation is maniskill_ppo_multitask_tiny's, LIBERO's libero_grpo_tiny's (in the run)
                        "libero_grpo_mixture_tiny": "maniskill_ppo_multitask_tiny and libero_grpo_tiny",
                        "libero_grpo_tiny": "maniskill_sft_pick_cube_tiny (its LIBERO checks: IN_RUN_EVAL_CHECKS)",
-                       "maniskill_ppo_multitask_tiny": "maniskill_sft_pick_cube_tiny (its per-task checks: IN_RUN_EVAL_CHECKS)"}
+                       "maniskill_ppo_multitask_tiny": "maniskill_sft_pick_cube_tiny (its per-task checks: IN_RUN_EVAL_CHECKS)",
+                       # an SFT checkpoint's eval-only run: maniskill_sft_tiny's; the mixture's per-task eval: the line above
+                       "maniskill_sft_multitask_tiny": "tests/test_sft.py"}
 
 
 def _two_libero_tasks(run: Path, row: dict) -> None:
@@ -178,13 +180,13 @@ def short_episodes(name: str, cfg, small: list[str]) -> list[str]:
     return []
 
 
-def demos_config(name: str, path: str) -> str:
-    """The config whose `embodied-rl demos CONFIG ... --out PATH` the header of config `name` says
-    records the demos at `path` (maniskill_cnn_gaussian_sft trains on maniskill_sft_tiny's, so the
-    session records them once)."""
+def demos_command(name: str, path: str) -> tuple[str, tuple[str, ...]]:
+    """The config (and its --task, for a mixture) of the `embodied-rl demos CONFIG ... --out PATH`
+    that the header of config `name` says records the demos at `path` (maniskill_cnn_gaussian_sft
+    trains on maniskill_sft_tiny's, so the session records them once)."""
     header = (CONFIG_DIR / f"{name}.yaml").read_text()
-    (config,) = re.findall(rf"embodied-rl demos (\S+) .*--out {re.escape(path)}\b", header)
-    return config
+    ((config, task),) = re.findall(rf"embodied-rl demos (\S+)(?: --task (\d+))? .*--out {re.escape(path)}\b", header)
+    return config, ("--task", task) if task else ()
 
 
 # A config on LIBERO carries the libero marker (its eval-only run holds the LIBERO eval checks).
@@ -193,7 +195,8 @@ def demos_config(name: str, path: str) -> str:
 def test_shipped_config_trains_two_steps_and_evaluates(name: str, tmp_path: Path) -> None:
     cfg = load_config(name, skip=("sft_data",), plan=False)
     for path in cfg.data.train_data_paths:  # SFT: first record the demos it names, as its header says
-        record_demos(demos_config(name, path), 2, path, cwd=tmp_path)
+        config, args = demos_command(name, path)
+        record_demos(config, 2, path, cwd=tmp_path, args=args)
     small = shrink(name, cfg)
     per_epoch = load_config(name, small, skip=("sft_data",)).env.eval.total_num_envs
     epochs = min(cfg.algorithm.eval_rollout_epoch, -(-START_EVAL_EPISODES // per_epoch) if cfg.runner.val_before_train else 1)

@@ -30,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-attempts", type=int, default=None, help="reset ids to try before giving up (default 2 x num-demos + 10)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output directory (only once the new one is complete)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--task", type=int, default=None, metavar="I",
+                   help="when env.train is a mixture: record in its task number I (0-based), through that task's env config")
     p.add_argument("--check", type=Path, metavar="DIR", help="instead of recording: check that DIR's demos fit the config and print a summary")
     return p
 
@@ -50,6 +52,8 @@ def main(argv: Sequence[str]) -> int:
     # The demos are what an SFT config's data.train_data_paths will name: they need not exist yet.
     cfg = load_config(name, overrides, skip=("sft_data",))
     if ns.check is not None:
+        if ns.task is not None:
+            parser.error("--check finds the task of the demos itself; leave --task out")
         return _check(cfg, ns.check)
     return _generate(cfg, ns)
 
@@ -75,11 +79,11 @@ def _generate(cfg, ns: argparse.Namespace) -> int:
     from embodied_rl.demos.sources import ProcessSource
     from embodied_rl.demos.spec import DemoSpec
 
-    spec = DemoSpec.from_config(cfg)
+    spec = DemoSpec.from_config(cfg, ns.task)
     workers = ns.workers if ns.workers is not None else max(1, min(_usable_cpus(), ns.num_demos))
     if workers < 1:
         raise UserError(f"--workers must be >= 1, got {workers}")
-    source = ProcessSource(spec, workers, start_method=spec.env_cfg.subproc.start_method)
+    source = ProcessSource(spec, workers, start_method=cfg.env.train.subproc.start_method)  # a section key: a mixture's tasks share it
     report = generate_demos(spec, source, ns.out, num_demos=ns.num_demos, seed_start=ns.seed_start,
                             max_attempts=ns.max_attempts, overwrite=ns.overwrite, progress=not ns.quiet)
     m = report.manifest

@@ -29,6 +29,8 @@ class DemoChunks:
     actions: float32 [N, C, A] policy actions t .. t+C-1; past the episode end the last action
         is repeated and `action_mask` is False there (the RL loss masks those steps too).
     episode_index / step_index: int64 [N] where each sample comes from.
+    instructions: the language instruction of each sample (the one its demos were recorded with).
+    manifest: the manifest of the directory (the first one's, for demos concatenated from several).
     """
 
     main_images: np.ndarray
@@ -38,7 +40,7 @@ class DemoChunks:
     action_mask: np.ndarray
     episode_index: np.ndarray
     step_index: np.ndarray
-    instruction: str
+    instructions: list[str]
     manifest: DemoManifest
 
     def __len__(self) -> int:
@@ -85,17 +87,31 @@ def load_demos(path: str | Path, *, chunk_len: int, images: bool = True, **expec
     return _chunk(episodes, manifest, chunk_len)
 
 
-def _train_params(cfg):
-    """The config's `env.train.init_params` as ManiSkillParams (a loaded config may hold them as a dict)."""
+def _params(env_cfg):
+    """An env config's `init_params` as ManiSkillParams (a loaded config may hold them as a dict)."""
     from embodied_rl.envs.maniskill.params import ManiSkillParams
 
-    params = cfg.env.train.init_params
+    params = env_cfg.init_params
     return params if isinstance(params, ManiSkillParams) else ManiSkillParams(**params)
 
 
-def _expectations(cfg) -> dict:
-    """What an experiment config (`env.train`, `actor.model`) expects of its demos."""
-    params = _train_params(cfg)
+def _task_for(cfg, path: str | Path):
+    """The env config of env.train that a demo directory was recorded for: env.train itself, or
+    the mixture task of the demos' task id (the first, if the mixture runs that id twice)."""
+    if not cfg.env.train.tasks:
+        return cfg.env.train
+    task_id = read_manifest(path).task_id
+    tasks = [t for _, t in cfg.env.train.task_configs("env.train") if t.env_type == "maniskill"]
+    ids = [_params(t).id for t in tasks]
+    if task_id not in ids:
+        raise DemoError(f"{Path(path) / MANIFEST}: demos of {task_id}, but env.train's mixture runs "
+                        f"{', '.join(ids) or 'no ManiSkill task'}; record them with `embodied-rl demos CONFIG --task I`")
+    return tasks[ids.index(task_id)]
+
+
+def _expectations(cfg, env_cfg) -> dict:
+    """What an experiment config (`actor.model`, and `env_cfg` of env.train) expects of its demos."""
+    params = _params(env_cfg)
     model = cfg.actor.model
     return {"chunk_len": model.num_action_chunks, "action_dim": model.action_dim, "task_id": params.id,
             "image_size": (params.camera_heights, params.camera_widths), "control_mode": params.control_mode,
@@ -103,9 +119,11 @@ def _expectations(cfg) -> dict:
 
 
 def check_demos_for(cfg, path: str | Path) -> DemoManifest:
-    """`check_demos` against an experiment config."""
-    manifest = check_demos(path, **_expectations(cfg))
-    _check_visuals(Path(path) / MANIFEST, manifest, cfg)
+    """`check_demos` against an experiment config: its policy, and the task of env.train (or of
+    its mixture) that the demos were recorded in."""
+    env_cfg = _task_for(cfg, path)
+    manifest = check_demos(path, **_expectations(cfg, env_cfg))
+    _check_visuals(Path(path) / MANIFEST, manifest, env_cfg)
     return manifest
 
 
@@ -116,11 +134,11 @@ def load_demos_for(cfg, path: str | Path, *, images: bool = True) -> DemoChunks:
     return _chunk(episodes, manifest, cfg.actor.model.num_action_chunks)
 
 
-def _check_visuals(file: Path, manifest: DemoManifest, cfg) -> None:
+def _check_visuals(file: Path, manifest: DemoManifest, env_cfg) -> None:
     """The demos' images show the robot's meshes as the config renders them (robot_visual_cell;
     a manifest without the key was rendered with the full meshes)."""
     got = (manifest.env_config.get("init_params") or {}).get("robot_visual_cell")
-    want = _train_params(cfg).robot_visual_cell
+    want = _params(env_cfg).robot_visual_cell
     if got != want:
         raise DemoError(f"{file}: demos were rendered with init_params.robot_visual_cell={got} (null = the full meshes), "
                         f"the config renders with {'null' if want is None else want}; record them again with this config, or set "
@@ -197,6 +215,6 @@ def _chunk(episodes: list[_Episode], manifest: DemoManifest, chunk_len: int) -> 
         action_mask=np.concatenate(masks),
         episode_index=np.concatenate(ep_idx),
         step_index=np.concatenate(step_idx),
-        instruction=manifest.instruction,
+        instructions=[manifest.instruction] * sum(ep.actions.shape[0] for ep in episodes),
         manifest=manifest,
     )

@@ -21,7 +21,7 @@ from embodied_rl.types import EnvObservation
 
 
 def concat_chunks(parts: list[DemoChunks]) -> DemoChunks:
-    """Several demo directories of one task as one sample set."""
+    """Several demo directories (of one task or of several) as one sample set."""
     if len(parts) == 1:
         return parts[0]
     cat = np.concatenate
@@ -31,7 +31,8 @@ def concat_chunks(parts: list[DemoChunks]) -> DemoChunks:
         main_images=cat([p.main_images for p in parts]), wrist_images=wrist, states=cat([p.states for p in parts]),
         actions=cat([p.actions for p in parts]), action_mask=cat([p.action_mask for p in parts]),
         episode_index=cat([p.episode_index + o for p, o in zip(parts, offsets)]),
-        step_index=cat([p.step_index for p in parts]), instruction=parts[0].instruction, manifest=parts[0].manifest,
+        step_index=cat([p.step_index for p in parts]), instructions=[i for p in parts for i in p.instructions],
+        manifest=parts[0].manifest,
     )
 
 
@@ -39,18 +40,26 @@ def load_sft_demos(cfg, *, images: bool = True) -> DemoChunks:
     return concat_chunks([load_demos_for(cfg, p, images=images) for p in cfg.data.train_data_paths])
 
 
+def statistics_key(task_ids: list[str]) -> str:
+    """The `dataset_statistics` key of demos of these tasks: the task id (OpenVLA's convention),
+    or the distinct ids joined by '+' in the order given (the policy acts in every task of a
+    mixture with one normalisation, so SFT on a mixture writes one entry over all of them)."""
+    return "+".join(dict.fromkeys(task_ids))
+
+
 def sft_statistics(cfg) -> dict[str, Any]:
-    """The policy's `dataset_statistics` for SFT: one entry, keyed by the demos' task id, over
-    every recorded step of every demo directory (OpenVLA's convention: q01/q99 bounds, the
-    gripper left unnormalised)."""
+    """The policy's `dataset_statistics` for SFT: one entry, keyed by `statistics_key` of the
+    demos' tasks, over every recorded step of every demo directory (OpenVLA's convention: q01/q99
+    bounds, the gripper left unnormalised)."""
     from embodied_rl.envs.action_adapter import ActionAdapter
 
-    demos = load_sft_demos(cfg, images=False)
+    parts = [load_demos_for(cfg, p, images=False) for p in cfg.data.train_data_paths]
+    demos = concat_chunks(parts)
     gripper = ActionAdapter(cfg.env.train.action_adapter, cfg.actor.model.action_dim).gripper_index
     episodes = int(demos.episode_index.max()) + 1
     # Sample t holds actions t .. t+C-1: its first action is step t's, once per recorded step.
     block = statistics(demos.actions[:, 0], demos.states, gripper, episodes)
-    return {demos.manifest.task_id: block}
+    return {statistics_key([p.manifest.task_id for p in parts]): block}
 
 
 @dataclass
@@ -92,9 +101,8 @@ class SFTSamples:
 
 def build_samples(policy, demos: DemoChunks) -> SFTSamples:
     """Every demo sample as `policy` records its own actions (its statistics must be the SFT ones)."""
-    n = len(demos)
     obs = EnvObservation(main_images=demos.main_images, states=demos.states,
-                         task_descriptions=[demos.instruction] * n, wrist_images=demos.wrist_images)
+                         task_descriptions=list(demos.instructions), wrist_images=demos.wrist_images)
     inputs = policy.prepare_inputs(obs)
     actions = policy.normalize_actions(torch.as_tensor(demos.actions))
     a = demos.actions.shape[-1]
