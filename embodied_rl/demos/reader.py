@@ -96,13 +96,14 @@ def _params(env_cfg):
 
 
 def _task_for(cfg, path: str | Path):
-    """The env config of env.train that a demo directory was recorded for: env.train itself, or
-    the mixture task of the demos' task id (the first, if the mixture runs that id twice)."""
+    """(config path, env config) of the env.train task a demo directory was recorded for:
+    env.train itself, or the mixture task of the demos' task id (the first, if the mixture runs
+    that id twice)."""
     if not cfg.env.train.tasks:
-        return cfg.env.train
+        return "env.train", cfg.env.train
     task_id = read_manifest(path).task_id
-    tasks = [t for _, t in cfg.env.train.task_configs("env.train") if t.env_type == "maniskill"]
-    ids = [_params(t).id for t in tasks]
+    tasks = [(k, t) for k, t in cfg.env.train.task_configs("env.train") if t.env_type == "maniskill"]
+    ids = [_params(t).id for _, t in tasks]
     if task_id not in ids:
         raise DemoError(f"{Path(path) / MANIFEST}: demos of {task_id}, but env.train's mixture runs "
                         f"{', '.join(ids) or 'no ManiSkill task'}; record them with `embodied-rl demos CONFIG --task I`")
@@ -121,9 +122,9 @@ def _expectations(cfg, env_cfg) -> dict:
 def check_demos_for(cfg, path: str | Path) -> DemoManifest:
     """`check_demos` against an experiment config: its policy, and the task of env.train (or of
     its mixture) that the demos were recorded in."""
-    env_cfg = _task_for(cfg, path)
+    key, env_cfg = _task_for(cfg, path)
     manifest = check_demos(path, **_expectations(cfg, env_cfg))
-    _check_visuals(Path(path) / MANIFEST, manifest, env_cfg)
+    _check_visuals(Path(path) / MANIFEST, manifest, env_cfg, key)
     return manifest
 
 
@@ -134,7 +135,7 @@ def load_demos_for(cfg, path: str | Path, *, images: bool = True) -> DemoChunks:
     return _chunk(episodes, manifest, cfg.actor.model.num_action_chunks)
 
 
-def _check_visuals(file: Path, manifest: DemoManifest, env_cfg) -> None:
+def _check_visuals(file: Path, manifest: DemoManifest, env_cfg, key: str) -> None:
     """The demos' images show the robot's meshes as the config renders them (robot_visual_cell;
     a manifest without the key was rendered with the full meshes)."""
     got = (manifest.env_config.get("init_params") or {}).get("robot_visual_cell")
@@ -142,7 +143,7 @@ def _check_visuals(file: Path, manifest: DemoManifest, env_cfg) -> None:
     if got != want:
         raise DemoError(f"{file}: demos were rendered with init_params.robot_visual_cell={got} (null = the full meshes), "
                         f"the config renders with {'null' if want is None else want}; record them again with this config, or set "
-                        f"env.train.init_params.robot_visual_cell={'null' if got is None else got}")
+                        f"{key}.init_params.robot_visual_cell={'null' if got is None else got}")
 
 
 @dataclass
