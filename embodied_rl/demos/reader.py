@@ -87,7 +87,7 @@ def load_demos(path: str | Path, *, chunk_len: int, images: bool = True, **expec
     return _chunk(episodes, manifest, chunk_len)
 
 
-def _params(env_cfg):
+def maniskill_params(env_cfg):
     """An env config's `init_params` as ManiSkillParams (a loaded config may hold them as a dict)."""
     from embodied_rl.envs.maniskill.params import ManiSkillParams
 
@@ -103,7 +103,7 @@ def _task_for(cfg, path: str | Path):
         return "env.train", cfg.env.train
     task_id = read_manifest(path).task_id
     tasks = [(k, t) for k, t in cfg.env.train.task_configs("env.train") if t.env_type == "maniskill"]
-    ids = [_params(t).id for _, t in tasks]
+    ids = [maniskill_params(t).id for _, t in tasks]
     if task_id not in ids:
         raise DemoError(f"{Path(path) / MANIFEST}: demos of {task_id}, but env.train's mixture runs "
                         f"{', '.join(ids) or 'no ManiSkill task'}; record them with `embodied-rl demos CONFIG --task I`")
@@ -112,7 +112,7 @@ def _task_for(cfg, path: str | Path):
 
 def _expectations(cfg, env_cfg) -> dict:
     """What an experiment config (`actor.model`, and `env_cfg` of env.train) expects of its demos."""
-    params = _params(env_cfg)
+    params = maniskill_params(env_cfg)
     model = cfg.actor.model
     return {"chunk_len": model.num_action_chunks, "action_dim": model.action_dim, "task_id": params.id,
             "image_size": (params.camera_heights, params.camera_widths), "control_mode": params.control_mode,
@@ -139,7 +139,7 @@ def _check_visuals(file: Path, manifest: DemoManifest, env_cfg, key: str) -> Non
     """The demos' images show the robot's meshes as the config renders them (robot_visual_cell;
     a manifest without the key was rendered with the full meshes)."""
     got = (manifest.env_config.get("init_params") or {}).get("robot_visual_cell")
-    want = _params(env_cfg).robot_visual_cell
+    want = maniskill_params(env_cfg).robot_visual_cell
     if got != want:
         raise DemoError(f"{file}: demos were rendered with init_params.robot_visual_cell={got} (null = the full meshes), "
                         f"the config renders with {'null' if want is None else want}; record them again with this config, or set "

@@ -74,8 +74,9 @@ def _chosen_task(cfg: RootConfig, task: int | None) -> tuple[str, EnvConfig]:
             raise ConfigError(f"--task {task} chooses a task of a mixture, but env.train is one task; leave --task out")
         return tasks[0]
     if task is None or not 0 <= task < len(tasks):
-        ids = ", ".join(f"{i}: {t.init_params.get('id') if isinstance(t.init_params, dict) else t.init_params.id}"
-                        for i, (_, t) in enumerate(tasks))
+        from embodied_rl.demos.reader import maniskill_params
+
+        ids = ", ".join(f"{i}: {maniskill_params(t).id if t.env_type == 'maniskill' else t.env_type}" for i, (_, t) in enumerate(tasks))
         what = "is a mixture" if task is None else f"has no task {task}"
         raise ConfigError(f"env.train {what} of {len(tasks)} tasks ({ids}); record each task's demos with --task I")
     return tasks[task]
