@@ -27,15 +27,16 @@ REPO = Path(__file__).resolve().parents[1]
 SFT_MODEL = REPO / "models" / "tiny-oft-push-cube-sft"
 
 
-def outcome(sub_env: int, success: bool, reset_id: int | None = None, ret: float = 0.0) -> EpisodeOutcome:
+def outcome(sub_env: int, success: bool, reset_id: int | None = None, ret: float = 0.0, task: str = "PushCube-v1") -> EpisodeOutcome:
     return EpisodeOutcome(sub_env=sub_env, episode=0, reset_id=1000 + sub_env if reset_id is None else reset_id,
-                          task_id="PushCube-v1", success_once=success, success_at_end=success, episode_return=ret,
+                          task_id=task, success_once=success, success_at_end=success, episode_return=ret,
                           episode_len=40)
 
 
-def evaluation(successes: list[bool], epochs: int = 1) -> list[tuple[int, EpisodeOutcome]]:
+def evaluation(successes: list[bool], epochs: int = 1, tasks: tuple[str, ...] = ("PushCube-v1",)) -> list[tuple[int, EpisodeOutcome]]:
+    """Episodes on n sub-envs per epoch; sub-env i runs tasks[i % len(tasks)], as a mixture's sub-envs do."""
     n = len(successes) // epochs
-    return [(k // n, outcome(k % n, s)) for k, s in enumerate(successes)]
+    return [(k // n, outcome(k % n, s, task=tasks[k % n % len(tasks)])) for k, s in enumerate(successes)]
 
 
 def test_pairs_by_epoch_and_sub_env_and_counts_discordant_pairs() -> None:
@@ -98,6 +99,45 @@ def test_a_training_run_pairs_its_first_and_last_evaluation_by_initial_state() -
     moved = [(e, outcome(o.sub_env, o.success_once, reset_id=o.reset_id + 1)) for e, o in after]
     with pytest.raises(ValueError, match="not paired"):  # the same slots from other initial states
         paired_results({"greedy": before}, {"greedy": moved}, ["greedy"])
+
+
+def test_a_mixture_is_paired_per_task_as_well() -> None:
+    """A mixture's result: the whole and each task's rates and paired counts, on the console, in
+    eval_change.json and in an `eval --compare` report (a task's pairs are its own initial states)."""
+    tasks = ("PickCube-v1", "PushCube-v1")  # even sub-envs pick, odd ones push
+    before = evaluation([True, True, False, False, True, False, True, True], epochs=2, tasks=tasks)
+    after = evaluation([True, False, False, True, False, False, False, True], epochs=2, tasks=tasks)
+    r = paired_results({"greedy": before}, {"greedy": after}, ["greedy"])["greedy"]
+    pick, push = r.tasks["PickCube-v1"], r.tasks["PushCube-v1"]
+    assert (pick.n, pick.successes_a, pick.successes_b, pick.only_a, pick.only_b) == (4, 3, 1, 2, 0)
+    assert (push.n, push.successes_a, push.successes_b, push.only_a, push.only_b) == (4, 2, 2, 1, 1)
+    assert not paired_result(pair_episodes(evaluation([True, False]), evaluation([False, False]))).tasks  # one task: no breakdown
+
+    def metrics(episodes) -> dict[str, float]:
+        out = {"eval/greedy/success_once": sum(o.success_once for _, o in episodes) / 8, "eval/greedy/num_trajectories": 8.0}
+        for task in tasks:
+            mine = [o.success_once for _, o in episodes if o.task_id == task]
+            out |= {f"eval/greedy/success_once/{task}": sum(mine) / len(mine), f"eval/greedy/num_trajectories/{task}": float(len(mine))}
+        return out
+
+    lines = eval_change((0, metrics(before)), (5, metrics(after)), ["greedy"], {"greedy": r}).splitlines()
+    assert lines[0].startswith("eval success, greedy") and lines[0].endswith(f"exact McNemar p = {mcnemar_exact(3, 1):.3g}")
+    assert lines[1] == (f"  PickCube-v1: {format_rate(3, 4)} at step 0 -> {format_rate(1, 4)} at step 5: -50.0 points; "
+                        f"paired: 0 only after, 2 only before, 1 both, exact McNemar p = {mcnemar_exact(2, 0):.3g}")
+    assert lines[2].startswith("  PushCube-v1: ") and "+0.0 points; paired: 1 only after, 1 only before, 1 both" in lines[2]
+    record = json.loads(json.dumps(change_record((0, metrics(before)), (5, metrics(after)), ["greedy"], {"greedy": r})))
+    task = record["results"]["greedy"]["tasks"]["PickCube-v1"]
+    assert (task["before"]["successes"], task["after"]["successes"], task["difference"]) == (3, 1, -0.5)
+    assert task["paired"] == {"n": 4, "only_before": 2, "only_after": 0, "both": 1, "mcnemar_p": mcnemar_exact(2, 0)}
+    unpaired = change_record((0, metrics(before)), (5, metrics(after)), ["greedy"])["results"]["greedy"]["tasks"]
+    assert unpaired["PushCube-v1"]["paired"] is None and unpaired["PushCube-v1"]["before"]["successes"] == 2
+
+    from embodied_rl.evaluation.compare import PolicySource
+    sources = [PolicySource("A", "a", "model", "/a"), PolicySource("B", "b", "model", "/b")]
+    report = json.loads(json.dumps(comparison_report(sources, ["greedy"], {"A": {"greedy": before}, "B": {"greedy": after}},
+                                                     {"A": {}, "B": {}})))
+    assert report["results"]["greedy"]["tasks"]["PickCube-v1"]["only_a"] == 2
+    assert format_report(report)[-2].startswith(f"  PickCube-v1: A {format_rate(3, 4)}, B {format_rate(1, 4)}; A - B: +50.0 points")
 
 
 # ---- checks before anything starts ----------------------------------------------------------

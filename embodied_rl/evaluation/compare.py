@@ -5,12 +5,13 @@ same fixed reset ids (runtime/runner.py, `EmbodiedRunner.compare`); the episodes
 evaluations pair one to one by (eval epoch, sub-env, episode on the sub-env), which under
 `env.eval.use_fixed_reset_state_ids` means the same initial state (the reset ids are checked
 equal). Per scoring (greedy, sampled) the report gives each policy's success rate with its
-95 % Wilson interval and the exact McNemar test of the difference on the discordant pairs.
+95 % Wilson interval and the exact McNemar test of the difference on the discordant pairs; for a
+mixture, the same per task as well (the pairs of that task's initial states).
 """
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from embodied_rl.evaluation.intervals import format_rate, mcnemar_exact, wilson_interval
@@ -69,13 +70,19 @@ def pair_episodes(a: EvalEpisodes, b: EvalEpisodes) -> list[tuple[EpisodeOutcome
 
 @dataclass(frozen=True)
 class PairedResult:
-    """Success counts of A and B on n paired episodes; only_a / only_b = the discordant pairs."""
+    """Success counts of A and B on n paired episodes; only_a / only_b = the discordant pairs.
+    tasks: for episodes of several tasks, the same counts per task (empty for one task)."""
 
     n: int
     successes_a: int
     successes_b: int
     only_a: int
     only_b: int
+    tasks: dict[str, PairedResult] = field(default_factory=dict)
+
+    @property
+    def both(self) -> int:
+        return self.successes_a - self.only_a
 
     @property
     def p_value(self) -> float:
@@ -93,16 +100,22 @@ class PairedResult:
             return {"successes": k, "episodes": self.n, "rate": k / self.n if self.n else None,
                     "ci95_low": low, "ci95_high": high}
 
-        return {"n": self.n, "A": side(self.successes_a), "B": side(self.successes_b),
-                "difference": self.difference if self.n else None, "only_a": self.only_a, "only_b": self.only_b,
-                "mcnemar_p": self.p_value}
+        out = {"n": self.n, "A": side(self.successes_a), "B": side(self.successes_b),
+               "difference": self.difference if self.n else None, "only_a": self.only_a, "only_b": self.only_b,
+               "mcnemar_p": self.p_value}
+        return out | ({"tasks": {t: r.to_dict() for t, r in self.tasks.items()}} if self.tasks else {})
 
 
 def paired_result(pairs: Iterable[tuple[EpisodeOutcome, EpisodeOutcome, int]], metric: str = METRIC) -> PairedResult:
+    """The counts of the pairs and, where they hold several tasks, of each task's pairs (the task
+    of A's episode: both started from the same state, so from the same task)."""
+    pairs = list(pairs)
+    tasks = sorted({a.task_id for a, _, _ in pairs})
     outcomes = [(bool(getattr(a, metric)), bool(getattr(b, metric))) for a, b, _ in pairs]
     return PairedResult(
         n=len(outcomes), successes_a=sum(x for x, _ in outcomes), successes_b=sum(y for _, y in outcomes),
         only_a=sum(x and not y for x, y in outcomes), only_b=sum(y and not x for x, y in outcomes),
+        tasks={t: paired_result([p for p in pairs if p[0].task_id == t], metric) for t in tasks} if len(tasks) > 1 else {},
     )
 
 
@@ -154,7 +167,13 @@ def format_report(report: dict[str, Any]) -> list[str]:
         lines.append(f"{scoring}: {r['n']} paired episodes (same initial states), {report['metric']} with 95 % Wilson intervals")
         for label in ("A", "B"):
             lines.append(f"  {label} {pol[label]['path']:<{width}}  {format_rate(r[label]['successes'], r['n'])}")
-        diff = "n/a" if r["difference"] is None else f"{100 * r['difference']:+.1f} points"
-        lines.append(f"  A - B: {diff}; discordant pairs: {r['only_a']} only A, {r['only_b']} only B; "
-                     f"exact McNemar p = {r['mcnemar_p']:.3g}")
+        lines.append(f"  A - B: {_difference(r)}")
+        for task, t in r.get("tasks", {}).items():
+            lines.append(f"  {task}: A {format_rate(t['A']['successes'], t['n'])}, B {format_rate(t['B']['successes'], t['n'])}; "
+                         f"A - B: {_difference(t)}")
     return lines
+
+
+def _difference(r: dict[str, Any]) -> str:
+    diff = "n/a" if r["difference"] is None else f"{100 * r['difference']:+.1f} points"
+    return f"{diff}; discordant pairs: {r['only_a']} only A, {r['only_b']} only B; exact McNemar p = {r['mcnemar_p']:.3g}"
