@@ -78,6 +78,7 @@ SMOKE: dict[str, Smoke] = {
     "channel.py": Smoke(("--repeats", "1", "--batch", "1"), rf"speedup shm \(zero-copy\) vs ray object store: +{NUM}x"),
     "env_server.py": Smoke(("--envs", "1", "--chunk-steps", "1", "--chunk", "2", "--rounds", "1"), rf"served / in-process: {NUM}x", (MANISKILL,)),
     "health_monitors.py": Smoke((), rf"false alarms: \d+ in \d+ steps.*\n.*overhead ratio {NUM}"),
+    "heap_start.py": Smoke(("--rounds", "1"), rf"policy: .* settled / default: {NUM}x(.|\n)*sub-env: .* settled / default: {NUM}x", (MANISKILL,)),
     "kl_reference.py": Smoke(("--models", "tiny"), rf"\| tiny \| {NUM} \| frozen_adapters \| .*\| {NUM} \|"),
     "learning.py": Smoke(("--seeds", "0", "--minimal", "--algos", "ppo", "--out", "{tmp}"), r"\| PPO after \|", (MANISKILL,),
                          covered_by="tests/test_learning.py::test_minimal_recipe_runs_through_the_real_code_path"),

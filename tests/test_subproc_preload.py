@@ -25,15 +25,18 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 class _ReportingSubEnv(SubEnv):
-    """Its state is 1 where `module` was already imported when the child built it."""
+    """Its state: 1 where `module` was already imported when the child built it; then 1 where
+    the child started with a frozen heap (embodied_rl/heap.py)."""
 
     action_dim = 1
 
     def __init__(self, module: str) -> None:
-        self.preloaded = float(module in sys.modules)
+        import gc
+
+        self.preloaded, self.frozen = float(module in sys.modules), float(gc.get_freeze_count() > 0)
 
     def reset(self, reset_id: int) -> dict[str, np.ndarray]:
-        return {"main_image": np.zeros((2, 2, 3), np.uint8), "state": np.array([self.preloaded], np.float32)}
+        return {"main_image": np.zeros((2, 2, 3), np.uint8), "state": np.array([self.preloaded, self.frozen], np.float32)}
 
     def step(self, action: np.ndarray, render: bool = True):  # not stepped here
         raise NotImplementedError
@@ -62,7 +65,8 @@ from tests.test_subproc_preload import ReportingFactory
 pool = SubprocEnvPool(ReportingFactory(), 2, SubprocConfig(start_method=sys.argv[1]))
 obs, failed = pool.reset([0, 1], [0, 1])
 pool.close()
-print(json.dumps({"parent": "colorsys" in sys.modules, "children": [float(o["state"][0]) for o in obs]}))
+print(json.dumps({"parent": "colorsys" in sys.modules, "children": [float(o["state"][0]) for o in obs],
+                  "frozen": [float(o["state"][1]) for o in obs]}))
 """
 
 
@@ -74,8 +78,9 @@ def _children_saw_preload(start_method: str) -> dict:
 
 @pytest.mark.parametrize("start_method, preloaded", [("forkserver", 1.0), ("spawn", 0.0)])
 def test_fork_server_children_start_with_the_factory_preload(start_method: str, preloaded: float) -> None:
+    """...and, from a fork server, with its heap settled: their full collections skip what it preloaded."""
     seen = _children_saw_preload(start_method)
-    assert seen == {"parent": False, "children": [preloaded, preloaded]}
+    assert seen == {"parent": False, "children": [preloaded, preloaded], "frozen": [preloaded, preloaded]}
 
 
 _SCRIPT = """

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from embodied_rl import heap
 from embodied_rl.errors import RunError, UserError
 from embodied_rl.process_env import configure_process_env
 
@@ -258,6 +259,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    heap.quiet()  # a training run's driver settles once its workers are up (runtime/train.py)
     configure_process_env()
     ns = parse(argv)
     try:

@@ -32,6 +32,8 @@ from embodied_rl.errors import ConfigError, UserError
 log = logging.getLogger(__name__)
 # No idle worker per CPU prestarted (Ray's default): ours carry a runtime_env those cannot serve.
 RAY_SYSTEM_CONFIG: dict = {"prestart_worker_first_driver": False}
+# Every worker process starts with the collector quiet until its worker has set up (embodied_rl/heap.py).
+RAY_RUNTIME_ENV: dict = {"worker_process_setup_hook": "embodied_rl.heap.worker_start"}
 
 
 class WorkerError(RuntimeError):
@@ -65,12 +67,12 @@ class RayCluster:
         self.pg = None
         if not ray.is_initialized():
             if address:
-                context = ray.init(address=address, log_to_driver=True)
+                context = ray.init(address=address, log_to_driver=True, runtime_env=RAY_RUNTIME_ENV)
             else:
                 slots = num_cpu_slots or local_cpu_count()
                 # "local": a new Ray of our own, never a cluster some `ray start` left on this machine
                 context = ray.init(address="local", num_cpus=max(slots, local_cpu_count()), include_dashboard=False,
-                                   log_to_driver=True, _system_config=RAY_SYSTEM_CONFIG)
+                                   log_to_driver=True, runtime_env=RAY_RUNTIME_ENV, _system_config=RAY_SYSTEM_CONFIG)
                 self.started_ray = True
             # Where the workers' own logs and tracebacks are; also how this run's Ray processes
             # are told apart from other sessions' (their command lines name it).

@@ -12,6 +12,8 @@ from pathlib import Path
 # for after that is imported by each child instead, as without a preload. '__main__' is multiprocessing's
 # default, inert in Python 3.11 (see main_script_module, which takes its place).
 _FORKSERVER_PRELOAD: list[str] = ["__main__"]
+#: Always imported last: it settles the server's heap (see the module).
+_SETTLE = "embodied_rl.envs.fork_server_settle"
 
 
 def main_script_module() -> str | None:
@@ -44,4 +46,4 @@ def preload_in_fork_server(modules: Sequence[str]) -> None:
     new = [m for m in ([main] if main else []) + list(modules) if m not in _FORKSERVER_PRELOAD]
     if new:
         _FORKSERVER_PRELOAD.extend(new)
-        mp.get_context("forkserver").set_forkserver_preload(list(_FORKSERVER_PRELOAD))
+        mp.get_context("forkserver").set_forkserver_preload([*_FORKSERVER_PRELOAD, _SETTLE])

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from embodied_rl import heap
 from embodied_rl.algorithms import RunningRewardStats, compute_advantages
 from embodied_rl.models.base import BasePolicy
 from embodied_rl.rollout_batch import RolloutBatch
@@ -60,6 +61,7 @@ class ActorWorker:
     def setup(self, master_addr: str, master_port: int) -> dict:
         info = self.engine.setup(master_addr, master_port)
         self.update = UPDATES.get(self.cfg.runner.paradigm)(self.cfg, self.engine)
+        heap.settle()
         return info
 
     def load_demos(self, stats: dict | None = None) -> int:
