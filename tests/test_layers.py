@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "embodied_rl"
 #: Lowest first. Top-level modules are named without `.py`; `__init__` is the package root.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("_compat", "errors", "types", "rollout_batch"),
-    ("__init__", "registry", "plugins", "process_env", "timing", "moments", "fact_cache"),
+    ("__init__", "registry", "plugins", "process_env", "heap", "timing", "moments", "fact_cache"),
     ("distributed",),
     ("config",),
     ("algorithms", "envs", "evaluation", "health", "memory", "sinks"),

@@ -30,10 +30,8 @@ from embodied_rl.distributed.traffic import TRAFFIC, payload_bytes
 from embodied_rl.errors import ConfigError, UserError
 
 log = logging.getLogger(__name__)
-# No idle worker per CPU prestarted (Ray's default): ours carry a runtime_env those cannot serve.
-RAY_SYSTEM_CONFIG: dict = {"prestart_worker_first_driver": False}
-# Every worker process starts with the collector quiet until its worker has set up (embodied_rl/heap.py).
-RAY_RUNTIME_ENV: dict = {"worker_process_setup_hook": "embodied_rl.heap.worker_start"}
+# No idle worker per CPU prestarted (Ray's default: ours carry a runtime_env those cannot serve); each worker process starts with the collector quiet until set up (embodied_rl/heap.py).
+RAY_SYSTEM_CONFIG, RAY_RUNTIME_ENV = {"prestart_worker_first_driver": False}, {"worker_process_setup_hook": "embodied_rl.heap.worker_start"}
 
 
 class WorkerError(RuntimeError):
