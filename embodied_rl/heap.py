@@ -13,6 +13,7 @@ forked after settle() (a sub-env from the pool's fork server) starts with the fr
 """
 from __future__ import annotations
 
+import atexit
 import gc
 
 #: New container objects between young-generation collections during start-up (CPython: 700).
@@ -31,6 +32,10 @@ def settle() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*_RUN_THRESHOLDS)
+    # At exit the frozen objects must be collectable again: extension modules check that their
+    # objects were freed (nanobind's, in triton, prints a leak report otherwise).
+    atexit.unregister(gc.unfreeze)
+    atexit.register(gc.unfreeze)
 
 
 def worker_start() -> None:
