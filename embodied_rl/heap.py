@@ -5,9 +5,10 @@ simulator processes ManiSkill or LIBERO: several hundred thousand objects that l
 process. While they are made, CPython collects its oldest generation again and again over all of
 them (about 1 CPU-s of a policy worker's 5 s of imports), and every later full collection scans
 them again (ManiSkill calls gc.collect() at each scene rebuild and close). So a process starts
-`quiet()` (a collection after START_THRESHOLD new objects instead of CPython's 700) and, once set
+`quiet()` (Ray workers through the session's worker_process_setup_hook; a collection after START_THRESHOLD new objects instead of CPython's 700) and, once set
 up, `settle()`s: one collection, then gc.freeze() moves the survivors to the permanent generation,
-which collections skip, and CPython's thresholds come back for the rest of the run. A process
+which collections skip, and CPython's thresholds come back for the rest of the run (the runtime
+settles the driver and every worker once all groups are ready). A process
 forked after settle() (a sub-env from the pool's fork server) starts with the frozen heap.
 `python benchmarks/heap_start.py` measures both effects.
 """
@@ -38,7 +39,6 @@ def settle() -> None:
     atexit.register(gc.unfreeze)
 
 
-def worker_start() -> None:
-    """Ray's worker_process_setup_hook (distributed/worker_group.py): each worker process starts
-    quiet; its worker settles at the end of its set-up."""
-    quiet()
+def settle_worker(_worker: object) -> None:
+    """settle() in a Ray worker's process, through `worker.__ray_call__` (runtime/groups.py)."""
+    settle()

@@ -1,6 +1,7 @@
 """The collector at start-up (embodied_rl/heap.py): a process starts quiet and settles once set
-up; Ray's worker processes start quiet through the session's setup hook, and the sub-env pool's
-fork server settles before it forks (tests/test_subproc_preload.py checks its children).
+up; Ray's worker processes start quiet through the session's setup hook and settle when the
+runtime asks them to, and the sub-env pool's fork server settles before it forks
+(tests/test_subproc_preload.py checks its children).
 Each case runs in a fresh interpreter: the settings are per process."""
 from __future__ import annotations
 
@@ -60,17 +61,17 @@ _RAY_WORKER = """
 import gc, json
 from embodied_rl.distributed.worker_group import RayCluster, WorkerGroup
 
+from embodied_rl import heap
+
 class Probe:
     def __init__(self, rank, world_size):
         self.at_init = gc.get_threshold()
     def thresholds(self):
-        from embodied_rl import heap
-        before = self.at_init
-        heap.settle()
-        return before, gc.get_threshold(), gc.get_freeze_count()
+        return self.at_init, gc.get_threshold(), gc.get_freeze_count()
 
 cluster = RayCluster(num_cpu_slots=1)
 group = WorkerGroup(Probe, cluster, cluster.placement({"env": "0"}), "env")
+group.gather([w.__ray_call__.remote(heap.settle_worker) for w in group.workers], 120)  # as runtime/groups.py does
 (at_init, settled, frozen), = group.thresholds().wait(120)
 group.shutdown()
 cluster.shutdown()

@@ -30,8 +30,9 @@ from embodied_rl.distributed.traffic import TRAFFIC, payload_bytes
 from embodied_rl.errors import ConfigError, UserError
 
 log = logging.getLogger(__name__)
-# No idle worker per CPU prestarted (Ray's default: ours carry a runtime_env those cannot serve); each worker process starts with the collector quiet until set up (embodied_rl/heap.py).
-RAY_SYSTEM_CONFIG, RAY_RUNTIME_ENV = {"prestart_worker_first_driver": False}, {"worker_process_setup_hook": "embodied_rl.heap.worker_start"}
+# No idle worker per CPU prestarted (Ray's default): ours carry a runtime_env those cannot serve.
+RAY_SYSTEM_CONFIG: dict = {"prestart_worker_first_driver": False}
+RAY_RUNTIME_ENV: dict = {"worker_process_setup_hook": "embodied_rl.heap.quiet"}  # workers start quiet (embodied_rl/heap.py)
 
 
 class WorkerError(RuntimeError):
@@ -148,8 +149,7 @@ class RayCluster:
             ray.shutdown()
 
 
-def gather_ranks(refs: Sequence[ray.ObjectRef], name: str, timeout: float | None = None,
-                 grace_s: float = 30.0) -> list[Any]:
+def gather_ranks(refs: Sequence[ray.ObjectRef], name: str, timeout: float | None = None, grace_s: float = 30.0) -> list[Any]:
     """Results of one call on every rank, in rank order.
 
     A rank's UserError (a config problem) surfaces as itself. Any other failure is a WorkerError

@@ -16,6 +16,7 @@ from typing import Any
 
 import ray
 
+from embodied_rl import heap
 from embodied_rl.config.plan import RunPlan, plan_run, training_rl, used_modes
 from embodied_rl.config.schema import RootConfig
 from embodied_rl.distributed.channel import Channel
@@ -143,6 +144,11 @@ def build_groups(cfg: RootConfig, *, with_actor: bool, run_name: str, video_dirs
         for pending in (actor_ready, env_built):
             if pending is not None:
                 pending.wait(SETUP_TIMEOUT_S)
+        # Start-up is over in every process of the run: each settles its heap (embodied_rl/heap.py).
+        settling = [(g, [w.__ray_call__.remote(heap.settle_worker) for w in g.workers]) for g in (env, rollout, actor) if g is not None]
+        heap.settle()
+        for group, refs in settling:
+            group.gather(refs, SETUP_TIMEOUT_S)
         return Groups(cluster, placement, wiring, env, rollout, actor, run_id)
     except BaseException:
         cluster.shutdown()

@@ -8,7 +8,6 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from embodied_rl import heap
 from embodied_rl.config.schema import RootConfig
 from embodied_rl.distributed.worker_group import WorkerError
 from embodied_rl.errors import RunError
@@ -57,7 +56,6 @@ def _run(cfg: RootConfig, body) -> int:
     failed = True
     try:
         runner.setup()
-        heap.settle()  # the driver's start-up (the CLI made it quiet) is over
         code = body(runner)
         failed = False
         return code

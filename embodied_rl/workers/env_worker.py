@@ -8,7 +8,6 @@ message protocol); env outputs go to the rollout worker, metrics come back from 
 """
 from __future__ import annotations
 
-from embodied_rl import heap
 from embodied_rl.config.schema.env import EnvConfig
 from embodied_rl.distributed.channel import Channel
 from embodied_rl.distributed.placement import envs_per_worker, rollout_rank_of
@@ -72,7 +71,6 @@ class EnvWorker:
     def build(self, mode: str) -> None:
         """Start the `mode` sub-envs (simulator processes) now rather than at the first interact."""
         self._stage_envs(mode)
-        heap.settle()
 
     def get_state(self) -> dict[str, list[int]]:
         """What a checkpoint needs to continue the reset-id streams: the epoch of each stage.

@@ -25,7 +25,6 @@ import numpy as np
 import ray
 import torch
 
-from embodied_rl import heap
 from embodied_rl.config.schema.model import ModelConfig
 from embodied_rl.distributed.channel import Channel
 from embodied_rl.distributed.placement import rollout_rank_of
@@ -85,7 +84,6 @@ class RolloutWorker:
             wiring.obs.register_consumer(obs_key(wiring.obs_queue, rank, s))  # before env workers send: shared memory
         if enable_offload:
             self.offload()
-        heap.settle()
 
     def set_dataset_statistics(self, stats: dict) -> None:
         """Act with these normalisation statistics (SFT's) from now on."""

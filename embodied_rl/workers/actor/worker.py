@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from embodied_rl import heap
 from embodied_rl.algorithms import RunningRewardStats, compute_advantages
 from embodied_rl.models.base import BasePolicy
 from embodied_rl.rollout_batch import RolloutBatch
@@ -61,7 +60,6 @@ class ActorWorker:
     def setup(self, master_addr: str, master_port: int) -> dict:
         info = self.engine.setup(master_addr, master_port)
         self.update = UPDATES.get(self.cfg.runner.paradigm)(self.cfg, self.engine)
-        heap.settle()
         return info
 
     def load_demos(self, stats: dict | None = None) -> int:
